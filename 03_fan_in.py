@@ -1,14 +1,62 @@
+"""
+Fan-in: how grad_output is assembled when a value is used more than once
+========================================================================
+
+Companion to Chapter 17, section 17.3 (Worked Examples 17.3.1 and 17.3.2).
+
+``z = TritonGELU.apply(x)`` feeds the loss once, then twice (``z.sum() +
+z.sum()``), then through two different consumers (``2z`` and ``3z``). Autograd
+sums every consumer's contribution first and calls ``TritonGELU.backward``
+exactly once, with grad_output 1, then 2, then 5.
+
+Run it with ``python 03_fan_in.py``. It uses a CUDA GPU when
+PyTorch sees one, and Triton's interpreter on the CPU otherwise (or whenever
+``TRITON_INTERPRET=1`` is set); stdout is the same on both.
+
+This file is self-contained on purpose: its kernels and helpers are repeated,
+identically, in 01_chained_expression.py, 02_graph_structure.py and
+04_standalone_complete.py, and tests/test_drift.py keeps the copies in step.
+Lines that differ from the printed listing carry a comment saying why.
+"""
+import os
+import sys
+
 import torch
-import triton
-import triton.language as tl
+from torch.autograd.function import once_differentiable  # added: see the backward methods
+
+# Added: choose where the kernels run before triton is imported and any kernel
+# is defined. The interpreter is switched on through the environment, so this
+# must come first; a TRITON_INTERPRET=1 set by the reader is kept as it is.
+if os.environ.get("TRITON_INTERPRET") == "1":
+    DEVICE = torch.device("cpu")
+    print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
+elif torch.cuda.is_available():
+    DEVICE = torch.device("cuda", torch.cuda.current_device())
+    print(f"running on {torch.cuda.get_device_name(DEVICE)} (CUDA)", file=sys.stderr)
+else:
+    os.environ["TRITON_INTERPRET"] = "1"
+    DEVICE = torch.device("cpu")
+    print("no CUDA GPU visible: running on the CPU through the Triton interpreter", file=sys.stderr)
+
+import triton  # noqa: E402  (after the backend choice above)
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def compute_dtype(v):
+    # Added: tl.math.erf takes only fp32 and fp64, so fp16 and bf16 values are
+    # computed in fp32; fp64 stays fp64. tl.store rounds back to the tensor's dtype.
+    if v.dtype != tl.float64:
+        v = v.to(tl.float32)
+    return v
 
 
 @triton.jit
 def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
     SQRT_2_INV: tl.constexpr = 0.7071067811865476
     cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
     out = x * cdf
@@ -17,21 +65,41 @@ def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-    grad_out = tl.load(grad_out_ptr + offsets, mask=mask, other=0.0)
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
+    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
     SQRT_2_INV: tl.constexpr = 0.7071067811865476
     SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
     cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
     pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf
-    grad_in = grad_out * d_gelu
+    d_gelu = cdf + x * pdf  # d/dx[x * Phi(x)] = Phi(x) + x * phi(x)
+    grad_in = grad_out * d_gelu  # the chain rule: dL/dx = dL/dz * dz/dx
     tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
 
 
+# Added: the kernels read and write one flat, contiguous run of floats on
+# DEVICE. Anything else would give silently wrong numbers, so it is refused
+# here, or (for other strides) copied once into a contiguous tensor.
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def kernel_operands(*tensors):
+    for t in tensors:
+        if t.dtype not in KERNEL_DTYPES:
+            raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
+        if t.device != DEVICE:
+            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE}: "
+                             f"move it there with .to({str(DEVICE)!r})")
+        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
+            raise ValueError(f"the kernels need operands of one shape and dtype, got "
+                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
+    return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
+
+
 def triton_gelu_forward(x, BLOCK=1024):
+    x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
@@ -40,6 +108,7 @@ def triton_gelu_forward(x, BLOCK=1024):
 
 
 def triton_gelu_backward(grad_output, x, BLOCK=1024):
+    grad_output, x = kernel_operands(grad_output, x)  # added: as in the forward
     grad_input = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
@@ -58,6 +127,7 @@ class TritonGELU(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # added: the kernel's gradient has no graph; double backward raises, never lies
     def backward(ctx, grad_output):
         captured.append(grad_output.clone())
         x, = ctx.saved_tensors
@@ -67,18 +137,19 @@ class TritonGELU(torch.autograd.Function):
 def section_17_3():
     print("=== Section 17.3: z used once vs. z used twice (same op) ===")
     torch.manual_seed(5)
-    x1 = torch.randn(4, requires_grad=True)
+    x1 = torch.randn(4).to(DEVICE).requires_grad_(True)  # changed: CPU generator (the chapter's values), then DEVICE
 
+    # changed below: .cpu() on printed tensors, so a GPU run prints no device='cuda:0'
     captured.clear()
     z1 = TritonGELU.apply(x1)
     z1.sum().backward()
-    print("used once  -> grad_output:", captured[-1])
+    print("used once  -> grad_output:", captured[-1].cpu())
 
     captured.clear()
     x2 = x1.detach().clone().requires_grad_(True)
     z2 = TritonGELU.apply(x2)
     (z2.sum() + z2.sum()).backward()
-    print("used twice -> grad_output:", captured[-1])
+    print("used twice -> grad_output:", captured[-1].cpu())
     print("number of times backward was called:", len(captured))
 
     x_oracle = x1.detach().clone().requires_grad_(True)
@@ -92,7 +163,7 @@ def section_17_3():
     x3 = x1.detach().clone().requires_grad_(True)
     z3 = TritonGELU.apply(x3)
     ((2 * z3).sum() + (3 * z3).sum()).backward()
-    print("grad_output (expect uniformly 5.0):", captured[-1])
+    print("grad_output (expect uniformly 5.0):", captured[-1].cpu())
 
     x_oracle2 = x1.detach().clone().requires_grad_(True)
     z_oracle2 = torch.nn.functional.gelu(x_oracle2, approximate="none")
