@@ -18,11 +18,11 @@ identically, in 01_chained_expression.py, 02_graph_structure.py and
 04_standalone_complete.py, and tests/test_drift.py keeps the copies in step.
 Lines that differ from the printed listing carry a comment saying why.
 """
+import functools
 import os
 import sys
 
 import torch
-from torch.autograd.function import once_differentiable  # added: see the backward methods
 
 # Added: choose where the kernels run before triton is imported and any kernel
 # is defined. The interpreter is switched on through the environment, so this
@@ -98,6 +98,21 @@ def kernel_operands(*tensors):
     return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
 
 
+# Added: the backward methods launch a kernel, so the gradients they return
+# carry no graph, and a double backward (create_graph=True, as in a gradient
+# penalty) would silently treat them as constants. torch's once_differentiable
+# only catches the case where grad_output requires grad, not where x does, so
+# the check is made here, on the grad mode that create_graph=True switches on.
+def no_double_backward(backward):
+    @functools.wraps(backward)
+    def backward_without_graph(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
+                               "(create_graph=True) through the Triton kernels is not supported")
+        return backward(ctx, *grad_outputs)
+    return backward_without_graph
+
+
 def triton_gelu_forward(x, BLOCK=1024):
     x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
     out = torch.empty_like(x)
@@ -127,7 +142,7 @@ class TritonGELU(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # added: the kernel's gradient has no graph; double backward raises, never lies
+    @no_double_backward  # added: refuse create_graph=True rather than return a wrong second derivative
     def backward(ctx, grad_output):
         captured.append(grad_output.clone())
         x, = ctx.saved_tensors

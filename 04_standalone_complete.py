@@ -16,11 +16,11 @@ identically, in 01_chained_expression.py, 02_graph_structure.py and
 03_fan_in.py, and tests/test_drift.py keeps the copies in step.
 Lines that differ from the printed listing carry a comment saying why.
 """
+import functools
 import os
 import sys
 
 import torch
-from torch.autograd.function import once_differentiable  # added: see the backward methods
 
 # Added: choose where the kernels run before triton is imported and any kernel
 # is defined. The interpreter is switched on through the environment, so this
@@ -133,6 +133,21 @@ def kernel_operands(*tensors):
     return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
 
 
+# Added: the backward methods launch a kernel, so the gradients they return
+# carry no graph, and a double backward (create_graph=True, as in a gradient
+# penalty) would silently treat them as constants. torch's once_differentiable
+# only catches the case where grad_output requires grad, not where x does, so
+# the check is made here, on the grad mode that create_graph=True switches on.
+def no_double_backward(backward):
+    @functools.wraps(backward)
+    def backward_without_graph(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
+                               "(create_graph=True) through the Triton kernels is not supported")
+        return backward(ctx, *grad_outputs)
+    return backward_without_graph
+
+
 def _launch(fwd_kernel, x, BLOCK=1024):
     x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
     out = torch.empty_like(x)
@@ -163,7 +178,7 @@ class TritonGELU(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # added: the kernel's gradient has no graph; double backward raises, never lies
+    @no_double_backward  # added: refuse create_graph=True rather than return a wrong second derivative
     def backward(ctx, grad_output):
         call_order.append("TritonGELU.backward")
         captured_grads.append(grad_output.clone())
@@ -179,7 +194,7 @@ class TritonGELUBuggy(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # added: the kernel's gradient has no graph; double backward raises, never lies
+    @no_double_backward  # added: refuse create_graph=True rather than return a wrong second derivative
     def backward(ctx, grad_output):
         x, = ctx.saved_tensors
         return _launch_bwd(gelu_backward_kernel_buggy_no_chain_rule, grad_output.contiguous(), x)
@@ -193,7 +208,7 @@ class TritonSquare(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # added: the kernel's gradient has no graph; double backward raises, never lies
+    @no_double_backward  # added: refuse create_graph=True rather than return a wrong second derivative
     def backward(ctx, grad_output):
         call_order.append("TritonSquare.backward")
         x, = ctx.saved_tensors

