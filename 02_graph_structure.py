@@ -133,8 +133,9 @@ def no_double_backward(backward):
     return backward_without_graph
 
 
-def _launch(fwd_kernel, x, BLOCK=1024):
+def _launch(fwd_kernel, x, BLOCK=None):  # changed: BLOCK=1024, see below
     x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
+    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
@@ -142,8 +143,9 @@ def _launch(fwd_kernel, x, BLOCK=1024):
     return out
 
 
-def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=1024):
+def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=None):  # changed: BLOCK=1024, see below
     grad_output, x = kernel_operands(grad_output, x)  # added: as in the forward
+    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
     grad_input = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
