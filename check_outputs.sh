@@ -156,10 +156,6 @@ print_header() {
   printf '  triton   %s\n' "$triton_version"
 }
 
-now() {
-  "$PYTHON" -c 'import time; print(f"{time.time():.3f}")'
-}
-
 mask_addresses() {
   sed -E "s/0x[0-9a-fA-F]+/$ADDRESS_MASK/g" "$1"
 }
@@ -243,10 +239,8 @@ main() {
 
   workdir=$(mktemp -d "${TMPDIR:-/tmp}/check_outputs.XXXXXX")
   trap 'rm -rf "$workdir"' EXIT
-  local started_at finished_at
-  started_at=$(now)
-  run_scripts_concurrently
-  finished_at=$(now)
+  local TIMEFORMAT=%R
+  { time run_scripts_concurrently; } 2>"$workdir/wall.seconds"
 
   local script backends
   backends=$(for script in "${scripts[@]}"; do backend_of "$script"; done | sort -u)
@@ -263,8 +257,7 @@ main() {
       *) failed=$((failed + 1)) ;;
     esac
   done
-  printf '\n%d script(s) run concurrently in %s s of wall time\n' "${#scripts[@]}" \
-    "$(awk -v a="$started_at" -v b="$finished_at" 'BEGIN { printf "%.3f", b - a }')"
+  printf '\n%d script(s) run concurrently in %s s of wall time\n' "${#scripts[@]}" "$(cat "$workdir/wall.seconds")"
 
   if [ "$update" -eq 1 ] && [ "$failed" -gt 0 ]; then
     if [ "$crashed" -gt 0 ]; then

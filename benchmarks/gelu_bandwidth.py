@@ -21,6 +21,7 @@ Run on a CUDA GPU:
 It prints a table and writes a CSV and a PNG plot (GB/s against size) to --out.
 """
 import argparse
+import os
 import csv
 import importlib.util
 import sys
@@ -147,7 +148,7 @@ def main():
     triton_forward, triton_backward = load_kernels(args.script)
     device = torch.cuda.get_device_name()
     rows = []
-    print(f"{device}, torch {torch.__version__}, triton {triton.__version__}, kernels from {args.script.name}")
+    print(f"{device}, torch {torch.__version__}, triton {triton.__version__}, kernels from {os.path.relpath(args.script)}")
     print(f"{'dtype':>5} {'n':>12} " + " ".join(f"{case:>16}" for case in CASES) + "   (GB/s)")
     for dtype_name in args.dtypes.split(","):
         dtype = DTYPES[dtype_name]
