@@ -2,45 +2,61 @@
 # check_outputs.sh: verify that this machine's Python, PyTorch and Triton reproduce
 # the output that Chapter 17 documents.
 #
-# It runs the numbered scripts (all at once, reported in order), masks memory
-# addresses (every 0x<hex>) in their stdout and in expected_output/<script>.txt,
-# and compares the two. The scripts run on a CUDA GPU when PyTorch sees one, and
-# through the Triton interpreter on the CPU otherwise.
+# It runs the numbered scripts all at once and reports each as soon as it and every
+# script before it have finished, in script order. It masks memory addresses (every
+# 0x<hex>) in their stdout and in expected_output/<script>.txt, and compares the two.
+# The scripts run on the GPU when PyTorch sees one (CUDA or ROCm), and through the
+# Triton interpreter on the CPU otherwise. A script that runs past its timeout is
+# stopped, with everything it started, and fails; Ctrl-C stops every script.
 #
-# Usage: ./check_outputs.sh [--require-gpu] [--update] [SCRIPT ...]
-#   SCRIPT          check only these: 02_graph_structure.py, 02_graph_structure or 02;
-#                   default: every NN_*.py script beside this file
-#   --require-gpu   exit 2 unless the scripts would run on a CUDA GPU
-#   --update        rewrite expected_output/ from this run and show what changed;
-#                   refused when any script exits non-zero
-#   -h, --help      show this help
+# Usage: ./check_outputs.sh [--require-gpu] [--update] [--timeout SECONDS] [SCRIPT ...]
+#   SCRIPT             check only these: 02_graph_structure.py, 02_graph_structure or 02;
+#                      default: every NN_*.py script beside this file
+#   --require-gpu      exit 2 unless the scripts would run on a GPU (CUDA or ROCm)
+#   --update           rewrite expected_output/ from this run and show what changed;
+#                      refused when any script exits non-zero or times out
+#   --timeout SECONDS  stop and fail a script still running after SECONDS (default 120;
+#                      0 turns the timeout off)
+#   -h, --help         show this help
 # Environment:
-#   PYTHON          the interpreter to verify (default: python3)
+#   PYTHON             the interpreter to verify (default: python3)
 # Exit codes:
-#   0  every script passed
-#   1  a script failed: its output differs, or it exited non-zero
-#   2  usage or environment error (unknown flag, no torch or triton, no GPU
-#      with --require-gpu)
+#   0    every script passed
+#   1    a script failed: its output differs, it exited non-zero, or it timed out
+#   2    usage or environment error (unknown flag, no torch or triton, no GPU with
+#        --require-gpu, a PyTorch/Triton/NumPy combination known to print garbage)
+#   130  interrupted by Ctrl-C (SIGINT); 143 by SIGTERM. Every script was stopped.
 set -euo pipefail
 
 readonly ADDRESS_MASK='0x<address>'
 readonly STDERR_TAIL_LINES=25
+# Ten times the slowest run measured (a cold Triton cache on the GPU; four scripts
+# sharing two CPU cores in the interpreter): see the README's "Checking your setup".
+readonly DEFAULT_TIMEOUT_SECONDS=120
+readonly POLL_SECONDS=0.1
 
 PYTHON=${PYTHON:-python3}
 require_gpu=0
 update=0
+timeout_seconds=$DEFAULT_TIMEOUT_SECONDS
 scripts=()
 workdir=""
-python_version=""
-torch_version=""
-triton_version=""
+# Per script, by its index in scripts[]: the process (and process group) id running it.
+job_pids=()
+scripts_started=0
 
 usage() {
   sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
 }
 
+# Errors go to the stderr the checker started with (fd 3 once main has saved it),
+# even from inside the timed block, whose stderr is redirected to a file.
 err() {
-  printf 'check_outputs.sh: %s\n' "$*" >&2
+  if { true >&3; } 2>/dev/null; then
+    printf 'check_outputs.sh: %s\n' "$*" >&3
+  else
+    printf 'check_outputs.sh: %s\n' "$*" >&2
+  fi
 }
 
 usage_error() {
@@ -62,20 +78,30 @@ resolve_script() {
   printf '%s\n' "$name"
 }
 
+set_timeout() {
+  [[ "$1" =~ ^[0-9]+$ ]] || usage_error "--timeout takes a whole number of seconds (0 for none), not '$1'"
+  timeout_seconds=$((10#$1))
+}
+
 parse_args() {
-  local arg only_scripts=0
-  for arg in "$@"; do
+  local only_scripts=0
+  while [ $# -gt 0 ]; do
     if [ "$only_scripts" -eq 0 ]; then
-      case "$arg" in
-        --require-gpu) require_gpu=1; continue ;;
-        --update) update=1; continue ;;
+      case "$1" in
+        --require-gpu) require_gpu=1; shift; continue ;;
+        --update) update=1; shift; continue ;;
+        --timeout)
+          [ $# -ge 2 ] || usage_error "--timeout needs a number of seconds"
+          set_timeout "$2"; shift 2; continue ;;
+        --timeout=*) set_timeout "${1#--timeout=}"; shift; continue ;;
         -h | --help) usage; exit 0 ;;
-        --) only_scripts=1; continue ;;
-        -*) usage_error "unknown option: $arg" ;;
+        --) only_scripts=1; shift; continue ;;
+        -*) usage_error "unknown option: $1" ;;
       esac
     fi
     # resolve_script exits 2 from its subshell; set -e carries that out here.
-    scripts+=("$(resolve_script "$arg")")
+    scripts+=("$(resolve_script "$1")")
+    shift
   done
   if [ ${#scripts[@]} -eq 0 ]; then
     local script
@@ -86,10 +112,24 @@ parse_args() {
   [ ${#scripts[@]} -gt 0 ] || usage_error "no NN_*.py scripts found in $(pwd)"
 }
 
+# Where Triton cannot be installed, the one message a reader needs: why, and what works.
+no_triton_here() {
+  case "$(uname -s 2>/dev/null)" in
+    Darwin)
+      printf '%s\n' "Triton publishes no macOS packages, so its kernels cannot run on macOS itself." \
+        "Routes that work: the container (docker build -t chapter17 . && docker run --rm chapter17)," \
+        "a Linux machine or VM, or a Linux notebook such as Google Colab. See README.md, 'Where it runs'." ;;
+    MINGW* | MSYS* | CYGWIN*)
+      printf '%s\n' "Triton publishes no Windows packages; on Windows it comes from the community build" \
+        "triton-windows, which needs an NVIDIA GPU: $PYTHON -m pip install -r requirements.txt installs it." \
+        "Without an NVIDIA GPU, use WSL2 or the container. See README.md, 'Where it runs'." ;;
+    *)
+      printf '%s\n' "install the pinned versions with 'make check' (creates .venv), or: $PYTHON -m pip install -r requirements.txt" ;;
+  esac
+}
+
 # Exits 2, saying what to install, unless $PYTHON runs and has torch, triton and
-# numpy; sets python_version, torch_version and triton_version. It only looks the
-# packages up: importing torch costs a second or more, and the scripts, which
-# import it anyway, report on stderr which backend they chose.
+# numpy. It only looks the packages up, which is quick; probe_environment imports them.
 check_packages() {
   if ! command -v "$PYTHON" >/dev/null 2>&1; then
     err "cannot run PYTHON=$PYTHON: no such interpreter. Set PYTHON=/path/to/python, or run 'make check' to use .venv."
@@ -97,7 +137,6 @@ check_packages() {
   fi
   local report status=0
   report=$("$PYTHON" -c '
-import importlib.metadata
 import importlib.util
 import sys
 
@@ -105,6 +144,29 @@ missing = [m for m in ("torch", "triton", "numpy") if importlib.util.find_spec(m
 if missing:
     print(" ".join(missing))
     sys.exit(3)
+' 2>&1) || status=$?
+  if [ "$status" -eq 3 ]; then
+    err "$PYTHON cannot import: $report"
+    case " $report " in
+      *" triton "*) err "$(no_triton_here)" ;;
+      *) err "$(no_triton_here | tail -n 1)" ;;
+    esac
+    exit 2
+  elif [ "$status" -ne 0 ]; then
+    err "$PYTHON failed to start (exit status $status)${report:+: $report}"
+    exit 2
+  fi
+}
+
+# Imports torch and prints, one "key<TAB>value" a line, what a bug report needs:
+# versions, the device (compute capability or gfx architecture, CUDA or HIP version),
+# the backend the scripts will choose (as they choose it), and any combination known
+# to fail: "fatal" lines for those that would print wrong numbers, "warning" otherwise.
+readonly PROBE='
+import importlib.metadata
+import os
+import re
+import sys
 
 
 def version(package):
@@ -114,81 +176,168 @@ def version(package):
         return "(version unknown)"
 
 
-print(sys.version.split()[0])
-print(version("torch"))
-print(version("triton"))
-' 2>&1) || status=$?
-  if [ "$status" -eq 3 ]; then
-    err "$PYTHON cannot import: $report"
-    err "install the pinned versions with 'make check' (creates .venv), or: $PYTHON -m pip install -r requirements.txt"
-    exit 2
-  elif [ "$status" -ne 0 ]; then
-    err "$PYTHON failed to start (exit status $status)${report:+: $report}"
-    exit 2
+def release(text):
+    match = re.match(r"(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+import torch  # noqa: E402
+
+triton_version = version("triton-windows") if sys.platform == "win32" else version("triton")
+numpy_version = version("numpy")
+print(f"python\t{sys.version.split()[0]} ({sys.executable})")
+print(f"torch\t{torch.__version__}")
+print(f"triton\t{triton_version}")
+print(f"numpy\t{numpy_version}")
+interpret = os.environ.get("TRITON_INTERPRET") == "1"
+if not interpret and torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    if torch.version.hip:
+        arch = getattr(props, "gcnArchName", "unknown").split(":")[0]
+        print("backend\tROCm")
+        print(f"device\t{props.name}, {arch}, HIP {torch.version.hip}")
+    else:
+        print("backend\tCUDA")
+        print(f"device\t{props.name}, compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}")
+        if props.major == 12 and release(triton_version) < (3, 3):
+            print(f"warning\tTriton {triton_version} cannot compile for this Blackwell GPU (sm_120; "
+                  "triton-lang/triton#5950). Use torch 2.7 or newer, which brings Triton 3.3 or newer.")
+else:
+    why = "TRITON_INTERPRET=1 is set" if interpret else f"torch {torch.__version__} sees no GPU"
+    print("backend\tinterpreter")
+    print(f"device\tnone ({why}): the Triton interpreter on the CPU, with numpy {numpy_version}")
+    if release(triton_version) < (3, 2) and release(numpy_version) >= (2, 0):
+        print(f"fatal\tTriton {triton_version}'"'"'s interpreter stores nothing under NumPy {numpy_version}: every "
+              "number the scripts printed would be uninitialised memory. Fix: "
+              f"{sys.executable} -m pip install \"numpy<2\", or use torch 2.6 or newer (Triton 3.2 or newer).")
+'
+
+probe_environment() {
+  local status=0
+  "$PYTHON" -c "$PROBE" >"$workdir/probe" 2>"$workdir/probe.stderr" || status=$?
+  if [ "$status" -ne 0 ]; then
+    err "$PYTHON could not import torch (exit status $status); the end of its stderr:"
+    tail -n "$STDERR_TAIL_LINES" "$workdir/probe.stderr" | sed 's/^/  | /' >&3
+    return 2
   fi
-  python_version=$(printf '%s\n' "$report" | sed -n 1p)
-  torch_version=$(printf '%s\n' "$report" | sed -n 2p)
-  triton_version=$(printf '%s\n' "$report" | sed -n 3p)
 }
 
-# For --require-gpu: exits 2 unless the scripts would choose CUDA, as they do
-# when TRITON_INTERPRET is not 1 and torch sees a GPU.
-require_cuda() {
-  local reason status=0
-  reason=$("$PYTHON" -c '
-import os
-import torch
-if os.environ.get("TRITON_INTERPRET") == "1":
-    raise SystemExit("TRITON_INTERPRET=1 is set, so the scripts would run in the Triton interpreter")
-if not torch.cuda.is_available():
-    raise SystemExit(f"torch {torch.__version__} sees no CUDA GPU, so the scripts would run in the Triton interpreter")
-' 2>&1) || status=$?
-  if [ "$status" -ne 0 ]; then
-    err "--require-gpu: $(printf '%s\n' "$reason" | tail -n 1)"
-    exit 2
-  fi
+# A value the probe reported, or nothing.
+probed() {
+  sed -n "s/^$1	//p" "$workdir/probe"
 }
 
 print_header() {
+  local label value
   printf 'Checking Chapter 17 output\n'
-  printf '  python   %s (%s)\n' "$python_version" "$(command -v "$PYTHON")"
-  printf '  torch    %s\n' "$torch_version"
-  printf '  triton   %s\n' "$triton_version"
+  for label in python torch triton numpy device; do
+    value=$(probed "$label")
+    # numpy matters only to the interpreter, which computes with it.
+    if [ "$label" = numpy ] && [ "$(probed backend)" != interpreter ]; then continue; fi
+    printf '  %-8s %s\n' "$label" "$value"
+  done
+  printf '  %-8s %s\n' timeout "$([ "$timeout_seconds" -eq 0 ] && echo none || echo "$timeout_seconds s a script")"
+  probed warning | sed 's/^/warning: /'
+  printf '\n'
 }
 
 mask_addresses() {
   sed -E "s/0x[0-9a-fA-F]+/$ADDRESS_MASK/g" "$1"
 }
 
-# Runs one script, leaving its stdout, stderr, exit status and seconds in $workdir.
+# Runs one script, leaving its stdout, stderr and seconds in $workdir, then its exit
+# status, written last and renamed into place, so that the status file means "done".
 run_script() {
   local script=$1 out=$workdir/${1%.py}
   local TIMEFORMAT=%R status=0
   { time "$PYTHON" "$script" >"$out.stdout" 2>"$out.stderr" || status=$?; } 2>"$out.seconds"
-  printf '%s\n' "$status" >"$out.status"
+  printf '%s\n' "$status" >"$out.status.partial"
+  mv "$out.status.partial" "$out.status"
 }
 
-run_scripts_concurrently() {
-  local script
-  for script in "${scripts[@]}"; do
-    run_script "$script" &
+# Each script runs in a process group of its own (job control on while it starts), so
+# that a timeout or an interrupt can stop it and every process it started, and so that
+# its SIGINT is not ignored, as bash does for background jobs without job control.
+start_scripts() {
+  local i
+  scripts_started=$SECONDS
+  for i in "${!scripts[@]}"; do
+    set -m
+    run_script "${scripts[$i]}" </dev/null 3>&- &
+    job_pids[i]=$!
+    set +m
   done
-  wait
+}
+
+# SIGTERM to a script's process group; SIGKILL to whatever is left a second later.
+stop_process_groups() {
+  local pid tries=0 alive=1
+  [ $# -gt 0 ] || return 0
+  for pid in "$@"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  while [ "$alive" -eq 1 ] && [ "$tries" -lt 10 ]; do
+    alive=0
+    for pid in "$@"; do
+      if kill -0 -- "-$pid" 2>/dev/null; then alive=1; fi
+    done
+    if [ "$alive" -eq 1 ]; then sleep "$POLL_SECONDS"; tries=$((tries + 1)); fi
+  done
+  for pid in "$@"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# The process groups of scripts that have not finished.
+running_jobs() {
+  local i
+  for i in "${!job_pids[@]}"; do
+    if [ ! -f "$workdir/${scripts[$i]%.py}.status" ] && [ ! -f "$workdir/${scripts[$i]%.py}.timedout" ]; then
+      printf '%s\n' "${job_pids[$i]}"
+    fi
+  done
+}
+
+stop_running_scripts() {
+  local pids
+  if [ -z "$workdir" ] || [ ${#job_pids[@]} -eq 0 ]; then return 0; fi
+  pids=$(running_jobs)
+  # Word splitting is wanted: one process group id a word.
+  # shellcheck disable=SC2086
+  if [ -n "$pids" ]; then stop_process_groups $pids; fi
+}
+
+cleanup() {
+  stop_running_scripts
+  if [ -n "$workdir" ]; then rm -rf "$workdir"; fi
+}
+
+on_signal() {
+  local name=$1 code=$2
+  trap - INT TERM
+  stop_running_scripts
+  err "interrupted by SIG$name: every running script was stopped"
+  exit "$code"
 }
 
 # The line each script prints on stderr naming where its kernels ran, e.g.
 # "running on NVIDIA H200 (CUDA)".
 backend_of() {
-  grep -m 1 -e '^running on .* (CUDA)$' -e 'through the Triton interpreter$' "$workdir/${1%.py}.stderr" ||
+  grep -m 1 -E -e '^running on .* \((CUDA|ROCm)\)$' -e 'through the Triton interpreter$' "$workdir/${1%.py}.stderr" ||
     printf 'unknown (the script printed no backend line)\n'
 }
 
-# Prints PASS or FAIL for one script, with the diff and its stderr's tail on
-# failure. Returns 0 for PASS, 1 when its output is wrong, 2 when it exited non-zero.
+# Prints PASS or FAIL for one script, with the diff and its stderr's tail on failure.
+# Returns 0 for PASS, 1 when its output is wrong, 2 when it exited non-zero or timed out.
 report_script() {
   local script=$1 name=${1%.py}
   local out=$workdir/$name expected=expected_output/$name.txt
   local status seconds verdict=0
+  if [ -f "$out.timedout" ]; then
+    printf 'FAIL  %-28s %6s s   timed out after %s s: stopped, with every process it started\n' \
+      "$script" "$(cat "$out.timedout")" "$timeout_seconds"
+    printf '      the end of its stderr:\n'
+    tail -n "$STDERR_TAIL_LINES" "$out.stderr" | sed 's/^/      | /'
+    timed_out=$((timed_out + 1))
+    return 2
+  fi
   status=$(cat "$out.status")
   seconds=$(cat "$out.seconds")
   mask_addresses "$out.stdout" >"$out.masked"
@@ -200,7 +349,7 @@ report_script() {
     sed 's/^/      /' "$out.diff"
     verdict=1
   fi
-  if [ "$require_gpu" -eq 1 ] && ! backend_of "$script" | grep -q '(CUDA)$'; then
+  if [ "$require_gpu" -eq 1 ] && ! backend_of "$script" | grep -q -E '\((CUDA|ROCm)\)$'; then
     [ "$verdict" -eq 1 ] || printf 'FAIL  %-28s %6s s\n' "$script" "$seconds"
     printf '      did not run on the GPU: %s\n' "$(backend_of "$script")"
     verdict=1
@@ -217,6 +366,64 @@ report_script() {
   return "$verdict"
 }
 
+passed=0
+failed=0
+crashed=0
+timed_out=0
+
+count_result() {
+  case "$1" in
+    0) passed=$((passed + 1)) ;;
+    2) failed=$((failed + 1)); crashed=$((crashed + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
+}
+
+# Waits for the scripts, stopping any that outlive the timeout, and reports each as
+# soon as it and every script before it are done.
+wait_and_report() {
+  local next=0 count=${#scripts[@]} i name result
+  local done_flags=()
+  for i in "${!scripts[@]}"; do done_flags[i]=0; done
+  while [ "$next" -lt "$count" ]; do
+    for i in "${!scripts[@]}"; do
+      [ "${done_flags[$i]}" -eq 0 ] || continue
+      name=${scripts[$i]%.py}
+      if [ -f "$workdir/$name.status" ]; then
+        done_flags[i]=1
+      elif [ "$timeout_seconds" -gt 0 ] && [ $((SECONDS - scripts_started)) -ge "$timeout_seconds" ]; then
+        stop_process_groups "${job_pids[$i]}"
+        printf '%s\n' "$((SECONDS - scripts_started))" >"$workdir/$name.timedout"
+        done_flags[i]=1
+      fi
+    done
+    while [ "$next" -lt "$count" ] && [ "${done_flags[$next]}" -eq 1 ]; do
+      result=0
+      report_script "${scripts[$next]}" || result=$?
+      count_result "$result"
+      next=$((next + 1))
+    done
+    if [ "$next" -lt "$count" ]; then sleep "$POLL_SECONDS"; fi
+  done
+}
+
+# From the scripts' start to the last result. With --require-gpu nothing runs before
+# the GPU is confirmed; otherwise the probe (which imports torch, a second or two)
+# runs while the scripts already do.
+run_and_report() {
+  if [ "$require_gpu" -eq 1 ]; then
+    probe_environment || exit 2
+    refuse_known_failures
+    start_scripts
+  else
+    start_scripts
+    probe_environment || exit 2
+    refuse_known_failures
+  fi
+  print_header
+  wait_and_report
+}
+
 # Rewrites the expected file of every script whose masked output changed.
 update_expected() {
   local script name
@@ -230,38 +437,39 @@ update_expected() {
   done
 }
 
+# Exits 2 when the probe found a combination that would print wrong numbers, or
+# (with --require-gpu) that the scripts would not run on a GPU.
+refuse_known_failures() {
+  local fatal
+  fatal=$(probed fatal)
+  if [ -n "$fatal" ]; then
+    err "$fatal"
+    exit 2
+  fi
+  if [ "$require_gpu" -eq 1 ] && [ "$(probed backend)" = interpreter ]; then
+    err "--require-gpu: $(probed device | sed 's/^none (\(.*\)):.*/\1/'), so the scripts would run in the Triton interpreter"
+    exit 2
+  fi
+}
+
 main() {
   cd "$(dirname "$0")"
+  exec 3>&2
   parse_args "$@"
   check_packages
-  if [ "$require_gpu" -eq 1 ]; then require_cuda; fi
-  print_header
 
   workdir=$(mktemp -d "${TMPDIR:-/tmp}/check_outputs.XXXXXX")
-  trap 'rm -rf "$workdir"' EXIT
+  trap cleanup EXIT
+  trap 'on_signal INT 130' INT
+  trap 'on_signal TERM 143' TERM
+
   local TIMEFORMAT=%R
-  { time run_scripts_concurrently; } 2>"$workdir/wall.seconds"
-
-  local script backends
-  backends=$(for script in "${scripts[@]}"; do backend_of "$script"; done | sort -u)
-  printf '%s\n' "$backends" | sed -e '1s/^/  backend  /' -e '2,$s/^/           /'
-  printf '\n'
-
-  local passed=0 failed=0 crashed=0 result
-  for script in "${scripts[@]}"; do
-    result=0
-    report_script "$script" || result=$?
-    case "$result" in
-      0) passed=$((passed + 1)) ;;
-      2) failed=$((failed + 1)); crashed=$((crashed + 1)) ;;
-      *) failed=$((failed + 1)) ;;
-    esac
-  done
+  { time run_and_report; } 2>"$workdir/wall.seconds"
   printf '\n%d script(s) run concurrently in %s s of wall time\n' "${#scripts[@]}" "$(cat "$workdir/wall.seconds")"
 
   if [ "$update" -eq 1 ] && [ "$failed" -gt 0 ]; then
     if [ "$crashed" -gt 0 ]; then
-      err "--update refused: $crashed script(s) exited non-zero; expected_output/ is unchanged."
+      err "--update refused: $crashed script(s) exited non-zero or timed out; expected_output/ is unchanged."
       printf '%d passed, %d failed\n' "$passed" "$failed"
       exit 1
     fi
@@ -270,10 +478,14 @@ main() {
     failed=0
   fi
 
-  if ! printf '%s\n' "$backends" | grep -q '(CUDA)$'; then
-    printf 'note: no GPU was verified; the scripts did not run on CUDA. Use --require-gpu to insist on a GPU.\n'
+  local script
+  if ! for script in "${scripts[@]}"; do backend_of "$script"; done | grep -q -E '\((CUDA|ROCm)\)$'; then
+    printf 'note: no GPU was verified; the scripts did not run on a GPU. Use --require-gpu to insist on one.\n'
   fi
-  if [ "$failed" -gt 0 ]; then
+  if [ "$timed_out" -gt 0 ]; then
+    err "$timed_out script(s) timed out. If they are only slow here, allow more time: ./check_outputs.sh --timeout SECONDS (0 for no limit)"
+  fi
+  if [ "$failed" -gt "$timed_out" ]; then
     err "see a script's whole output with: $PYTHON <script>. If its new output is right, record it with: ./check_outputs.sh --update <script>"
   fi
   printf '%d passed, %d failed\n' "$passed" "$failed"

@@ -54,6 +54,7 @@ def seeded_randn(*shape, seed, dtype=torch.float32):
 
 def copy_of_repository(destination):
     """The scripts, expected outputs and checker, copied so that a test may break them."""
+    destination.mkdir(parents=True, exist_ok=True)
     for name in SCRIPT_NAMES:
         shutil.copy2(REPO / f"{name}.py", destination)
     shutil.copy2(REPO / "check_outputs.sh", destination)

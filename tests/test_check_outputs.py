@@ -6,8 +6,10 @@ where they may break a script or an expected file.
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,98 @@ SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os
 def test_checker_is_shellcheck_clean():
     result = subprocess.run([SHELLCHECK, str(REPO / "check_outputs.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+# A reader never waits blind: a per-script timeout, results as they come, and Ctrl-C.
+# Each test plants a slow or hanging script in a temporary copy of the repository.
+
+HANGING_PREAMBLE = (
+    "import subprocess, time\n"
+    "subprocess.Popen(['sleep', '600'])  # a process of its own, which must be stopped too\n"
+    "time.sleep(600)\n"
+)
+
+
+def plant(repo, script, preamble):
+    path = repo / f"{script}.py"
+    path.write_text(preamble + path.read_text())
+
+
+def live_processes_in(directory):
+    """Processes still running whose working directory is `directory` (the checker cds there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == str(directory):
+                    found.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def start_checker(repo, *args, tmpdir):
+    return subprocess.Popen(["bash", str(repo / "check_outputs.sh"), *args], cwd=repo, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env=checker_environment(TMPDIR=str(tmpdir)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
+def test_hanging_script_times_out_and_the_others_still_count(tmp_path):
+    # Four scripts sharing two CPU cores take about 5 s each in the interpreter, so the
+    # limit here is well above that; the hanging script would run for 600 s.
+    repo = copy_of_repository(tmp_path / "repo")
+    plant(repo, "03_fan_in", HANGING_PREAMBLE)
+    (tmp_path / "tmp").mkdir()
+    started = time.monotonic()
+    result = start_checker(repo, "--timeout", "20", tmpdir=tmp_path / "tmp")
+    stdout, stderr = result.communicate(timeout=200)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, stdout + stderr
+    assert re.search(r"^FAIL +03_fan_in\.py +\d+ s +timed out after 20 s", stdout, re.M), stdout
+    for script in ("01_chained_expression", "02_graph_structure", "04_standalone_complete"):
+        assert re.search(rf"^PASS +{script}\.py", stdout, re.M), stdout
+    assert stdout.rstrip().splitlines()[-1] == "3 passed, 1 failed"
+    assert "--timeout SECONDS" in stderr
+    assert elapsed < 60, f"the checker took {elapsed:.0f} s to give up on a 20 s timeout"
+    assert live_processes_in(repo) == [], "the timed-out script, or the process it started, is still running"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
+
+
+def test_results_stream_in_order_without_waiting_for_a_slow_script(tmp_path):
+    repo = copy_of_repository(tmp_path / "repo")
+    plant(repo, "04_standalone_complete", "import time\ntime.sleep(15)\n")
+    checker = start_checker(repo, "01", "04", tmpdir=tmp_path)
+    arrivals = {}
+    for line in checker.stdout:  # line by line, as a reader's terminal shows them
+        match = re.match(r"^(PASS|FAIL) +(\d\d)_", line)
+        if match:
+            arrivals[match[2]] = time.monotonic()
+    checker.wait(timeout=120)
+    finished = time.monotonic()
+    assert checker.returncode == 0, checker.stderr.read()
+    assert list(arrivals) == ["01", "04"], "results must come in script order"
+    assert finished - arrivals["01"] > 8, (
+        f"01's result came {finished - arrivals['01']:.1f} s before the end: it waited for the slow 04")
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
+@pytest.mark.parametrize("signal_name, exit_code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_code):
+    repo = copy_of_repository(tmp_path / "repo")
+    plant(repo, "03_fan_in", HANGING_PREAMBLE)
+    (tmp_path / "tmp").mkdir()
+    checker = start_checker(repo, "--timeout", "0", "01", "03", tmpdir=tmp_path / "tmp")
+    for line in checker.stdout:  # the header ends once the scripts are running
+        if line.startswith("  timeout"):
+            break
+    time.sleep(1)
+    assert any("03_fan_in.py" in cmdline for _, cmdline in live_processes_in(repo)), "03 should be running by now"
+    os.killpg(checker.pid, getattr(signal, signal_name))  # to the whole group, as a terminal's Ctrl-C does
+    checker.wait(timeout=30)
+    stderr = checker.stderr.read()
+    assert checker.returncode == exit_code, stderr
+    assert f"interrupted by {signal_name}" in stderr
+    time.sleep(0.5)
+    assert live_processes_in(repo) == [], "a script, or a process it started, outlived the interrupt"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
