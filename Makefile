@@ -1,6 +1,7 @@
 # make check  - build .venv if needed, then verify the scripts' output (./check_outputs.sh)
 # make test   - build .venv if needed, then run the test suite
 # make bench  - GELU bandwidth benchmark (needs a CUDA GPU)
+# make matrix - a venv per PyTorch release: checker and tests in each (slow, downloads GBs; never in CI)
 # make clean  - remove .venv
 #
 # PY=/path/to/python uses an interpreter that already has torch and triton
@@ -13,7 +14,7 @@ PY ?= $(VENV_PYTHON)
 # .venv is built only when it is the interpreter in use.
 ENV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(VENV_STAMP))
 
-.PHONY: check test bench clean
+.PHONY: check test bench matrix clean
 
 check: $(ENV_DEPENDENCY)
 	PYTHON=$(PY) ./check_outputs.sh
@@ -23,6 +24,12 @@ test: $(ENV_DEPENDENCY)
 
 bench: $(ENV_DEPENDENCY)
 	$(PY) benchmarks/gelu_bandwidth.py
+
+# Pythons for the pinned pair besides the one running the tool (pyenv's, where present).
+MATRIX_PYTHONS ?= $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python $(HOME)/.pyenv/versions/3.12.*/bin/python $(HOME)/.pyenv/versions/3.13.*/bin/python)
+
+matrix:
+	python3 tools/version_matrix.py --pinned-pythons $(MATRIX_PYTHONS)
 
 $(VENV_STAMP): requirements.txt
 	python3 -m venv $(VENV)

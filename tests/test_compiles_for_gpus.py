@@ -1,0 +1,83 @@
+"""The kernels compile for every GPU generation a reader may have, on any machine.
+
+04_standalone_complete.py carries all five kernels, and tests/test_drift.py proves
+the other scripts' copies identical, so 04's are the ones compiled. Each target is
+its own test; the compiles run in two processes, NVIDIA and AMD, side by side.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton
+from chapter_scripts import REPO
+
+NVIDIA_TARGETS = {  # target: (example GPUs, the oldest Triton that knows it)
+    "sm_75": ("T4, RTX 20xx (the free Colab GPU)", (3, 0)),
+    "sm_80": ("A100", (3, 0)),
+    "sm_86": ("RTX 30xx, A10", (3, 0)),
+    "sm_89": ("RTX 40xx, L4", (3, 0)),
+    "sm_90": ("H100, H200", (3, 0)),
+    "sm_100": ("B200", (3, 3)),
+    "sm_120": ("RTX 50xx (triton-lang/triton#5950)", (3, 3)),
+}
+AMD_TARGETS = {
+    "gfx90a": ("MI210, MI250", (3, 0)),
+    "gfx942": ("MI300", (3, 0)),
+    "gfx1100": ("RX 7900", (3, 0)),
+}
+TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
+
+
+def amd_linker_missing():
+    """Triton before 3.3 links AMD code with ROCm's ld.lld rather than its own; None if it can link."""
+    from triton._C.libtriton import amd
+    if hasattr(amd, "link_hsaco"):
+        return None
+    candidates = [os.environ.get("TRITON_HIP_LLD_PATH", ""), "/opt/rocm/llvm/bin/ld.lld", shutil.which("ld.lld") or ""]
+    if any(c and Path(c).is_file() for c in candidates):
+        return None
+    return f"Triton {triton.__version__} links AMD code with ROCm's ld.lld, which is not installed here"
+
+
+def compile_targets(targets):
+    return subprocess.Popen([sys.executable, str(REPO / "tests/compile_for_targets.py"),
+                             str(REPO / "04_standalone_complete.py"), *targets],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def supported(targets):
+    return [t for t, (_, oldest) in targets.items() if TRITON_RELEASE >= oldest]
+
+
+@pytest.fixture(scope="module")
+def compile_report():
+    """{target: its line} for every target this Triton knows, compiled once for the module."""
+    runs = [compile_targets(supported(NVIDIA_TARGETS))]
+    if amd_linker_missing() is None:
+        runs.append(compile_targets(supported(AMD_TARGETS)))
+    lines, errors = {}, []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=900)
+        errors.append(stderr)
+        for line in stdout.splitlines():
+            target, _, result = line.partition(": ")
+            lines[target] = result
+    return lines, "\n".join(errors)
+
+
+def target_params(targets):
+    return [pytest.param(target, oldest, id=f"{target} ({gpus})") for target, (gpus, oldest) in targets.items()]
+
+
+@pytest.mark.parametrize("target, oldest", target_params(NVIDIA_TARGETS) + target_params(AMD_TARGETS))
+def test_kernels_compile_for(compile_report, target, oldest):
+    if TRITON_RELEASE < oldest:
+        pytest.skip(f"Triton {triton.__version__} predates {target}; it needs Triton {'.'.join(map(str, oldest))} or newer")
+    if target in AMD_TARGETS and amd_linker_missing():
+        pytest.skip(amd_linker_missing())
+    lines, stderr = compile_report
+    assert target in lines, f"no result for {target}:\n{stderr}"
+    assert lines[target].startswith("compiled 5 kernels"), f"{target}: {lines[target]}"

