@@ -123,6 +123,10 @@ def measure_row(base_python, requirements, label, results_file, extra_numpy=None
 
 def render(results_file, table_file):
     rows = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
+
+    def order(row):  # by Python, then torch release, then NumPy: rows finish in any order
+        return [[int(n) for n in re.findall(r"\d+", row.get(key, ""))] for key in ("python", "torch", "numpy")]
+    rows.sort(key=order)
     out = ["| Python | torch | triton | numpy | `./check_outputs.sh` | `pytest` | install, check, test (s) |",
            "|---|---|---|---|---|---|---|"]
     for row in rows:
