@@ -18,6 +18,7 @@ identically, in 01_chained_expression.py, 02_graph_structure.py and
 04_standalone_complete.py, and tests/test_drift.py keeps the copies in step.
 Lines that differ from the printed listing carry a comment saying why.
 """
+import contextlib
 import functools
 import os
 import sys
@@ -32,7 +33,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
 elif torch.cuda.is_available():
     DEVICE = torch.device("cuda", torch.cuda.current_device())
-    print(f"running on {torch.cuda.get_device_name(DEVICE)} (CUDA)", file=sys.stderr)
+    print(f"running on {torch.cuda.get_device_name(DEVICE)} ({'ROCm' if torch.version.hip else 'CUDA'})", file=sys.stderr)
 else:
     os.environ["TRITON_INTERPRET"] = "1"
     DEVICE = torch.device("cpu")
@@ -79,9 +80,10 @@ def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexp
     tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
 
 
-# Added: the kernels read and write one flat, contiguous run of floats on
-# DEVICE. Anything else would give silently wrong numbers, so it is refused
-# here, or (for other strides) copied once into a contiguous tensor.
+# Added: the kernels read and write one flat, contiguous run of floats on one
+# device of DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else
+# would give silently wrong numbers, so it is refused here, or (for other strides)
+# copied once into a contiguous tensor.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -89,13 +91,23 @@ def kernel_operands(*tensors):
     for t in tensors:
         if t.dtype not in KERNEL_DTYPES:
             raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
-        if t.device != DEVICE:
-            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE}: "
-                             f"move it there with .to({str(DEVICE)!r})")
+        if t.device.type != DEVICE.type:
+            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
+                             f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
+        if t.device != tensors[0].device:
+            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
         if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
             raise ValueError(f"the kernels need operands of one shape and dtype, got "
                              f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
     return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
+
+
+# Added: Triton launches on the current CUDA device, which refuses a tensor on another
+# GPU (cuda:1 while cuda:0 is current, as on every rank but 0 of a multi-GPU job whose
+# scripts were imported before it chose its device), so each launch is made with the
+# tensor's own device current.
+def device_of(t):
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
 
 
 # Added: the backward methods launch a kernel, so the gradients they return
@@ -119,7 +131,8 @@ def triton_gelu_forward(x, BLOCK=None):  # changed: BLOCK=1024, see below
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
-    gelu_forward_kernel[grid](x, out, n, BLOCK=BLOCK)
+    with device_of(x):  # added: launch on x's own GPU, any cuda:N
+        gelu_forward_kernel[grid](x, out, n, BLOCK=BLOCK)
     return out
 
 
@@ -129,7 +142,8 @@ def triton_gelu_backward(grad_output, x, BLOCK=None):  # changed: BLOCK=1024, se
     grad_input = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
-    gelu_backward_kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
+    with device_of(x):  # added: launch on x's own GPU, any cuda:N
+        gelu_backward_kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
     return grad_input
 
 

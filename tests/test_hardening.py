@@ -126,3 +126,34 @@ def test_more_than_2_to_the_31_elements(script):
         expected_grad = torch.ops.aten.gelu_backward(grad_output, x.detach())
         worst_backward = (x.grad - expected_grad).abs().max().item()
     assert worst_backward < 1e-4, f"backward: largest error {worst_backward}"
+
+
+def two_gpus():
+    return ON_GPU and torch.cuda.device_count() >= 2
+
+
+requires_two_gpus = pytest.mark.skipif(not two_gpus(), reason=f"needs two GPUs; {torch.cuda.device_count()} visible")
+
+
+@requires_two_gpus
+@pytest.mark.parametrize("script, function_name", cases("TritonGELU", "TritonSquare"))
+def test_tensors_on_another_gpu_than_the_current_one(script, function_name):
+    """cuda:1 while cuda:0 is current: as every rank but 0 of a job that chose its device after importing."""
+    assert torch.cuda.current_device() == 0
+    x = seeded_randn(4099, seed=19).to("cuda:1").requires_grad_(True)
+    grad_output = seeded_randn(4099, seed=20).to("cuda:1")
+    y = getattr(script, function_name).apply(x)
+    y.backward(grad_output)
+    x_ref = x.detach().clone().requires_grad_(True)
+    FUNCTION_REFERENCES[function_name](x_ref).backward(grad_output)
+    assert y.device == x.grad.device == torch.device("cuda:1")
+    torch.testing.assert_close(y, FUNCTION_REFERENCES[function_name](x_ref.detach()))
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@requires_two_gpus
+@pytest.mark.parametrize("script", scripts_defining("_launch_bwd"))
+def test_operands_on_two_gpus_are_refused(script):
+    x = seeded_randn(8, seed=21).to("cuda:0")
+    with pytest.raises(ValueError, match="one device"):
+        script._launch_bwd(script.gelu_backward_kernel, x.to("cuda:1"), x)
