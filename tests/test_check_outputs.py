@@ -180,13 +180,31 @@ def live_processes_in(directory):
     return found
 
 
+def as_in_a_terminal():
+    # A terminal's shell starts commands with SIGINT at its default. A test runner started
+    # in the background inherits it ignored, and bash cannot trap a signal ignored on entry.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_checker(repo, *args, tmpdir):
     return subprocess.Popen(["bash", str(repo / "check_outputs.sh"), *args], cwd=repo, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env=checker_environment(TMPDIR=str(tmpdir)))
+                            preexec_fn=as_in_a_terminal, env=checker_environment(TMPDIR=str(tmpdir)))
+
+
+@pytest.fixture
+def leave_no_process_behind(tmp_path):
+    """Whatever a failed test left running in its copy of the repository is killed afterwards."""
+    yield
+    for pid, _ in live_processes_in(tmp_path / "repo"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
+@pytest.mark.usefixtures("leave_no_process_behind")
 def test_hanging_script_times_out_and_the_others_still_count(tmp_path):
     # Four scripts sharing two CPU cores take about 5 s each in the interpreter, so the
     # limit here is well above that; the hanging script would run for 600 s.
@@ -227,6 +245,7 @@ def test_results_stream_in_order_without_waiting_for_a_slow_script(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
 @pytest.mark.parametrize("signal_name, exit_code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.usefixtures("leave_no_process_behind")
 def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_code):
     repo = copy_of_repository(tmp_path / "repo")
     plant(repo, "03_fan_in", HANGING_PREAMBLE)
