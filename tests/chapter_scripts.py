@@ -17,10 +17,12 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_NAMES = ("01_chained_expression", "02_graph_structure", "03_fan_in", "04_standalone_complete")
+# Beyond the chapter: self-contained scripts that carry copies of the chapter's kernels.
+EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op")
 
 
 def _load_script(name):
-    spec = importlib.util.spec_from_file_location(f"chapter17_{name}", REPO / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"chapter17_{name.replace('/', '_')}", REPO / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,6 +34,13 @@ _ENVIRONMENT_BEFORE_LOADING = dict(os.environ)
 SCRIPTS = {name: _load_script(name) for name in SCRIPT_NAMES}
 DEVICE = SCRIPTS[SCRIPT_NAMES[0]].DEVICE
 ON_GPU = DEVICE.type == "cuda"
+
+
+
+def load_extra(name):
+    """An extras/ script as a module (import only once: triton_op registers operators)."""
+    return _load_script(f"extras/{name}")
+
 
 requires_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the scripts chose the Triton interpreter)")
 

@@ -14,7 +14,7 @@ import ast
 from itertools import combinations
 
 import pytest
-from chapter_scripts import REPO, SCRIPT_NAMES
+from chapter_scripts import EXTRAS_NAMES, REPO, SCRIPT_NAMES
 
 # What each section's script must define for its story and for the tests.
 REQUIRED_NAMES = {
@@ -32,6 +32,13 @@ REQUIRED_NAMES = {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "TritonGELU", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
         "section_17_1", "section_17_2", "section_17_3"},
+    # Beyond the chapter: each extra carries copies of the kernels it launches.
+    "extras/train_mlp": {
+        "DEVICE", "compute_dtype", "kernel_operands", "device_of", "no_double_backward", "gelu_forward_kernel",
+        "gelu_backward_kernel", "gelu_backward_kernel_buggy_no_chain_rule", "TritonGELU", "TritonGELUBuggy", "train"},
+    "extras/triton_op": {
+        "DEVICE", "compute_dtype", "kernel_operands", "device_of", "no_double_backward", "gelu_forward_kernel",
+        "gelu_backward_kernel", "square_forward_kernel", "square_backward_kernel", "TritonGELU", "gelu", "square"},
 }
 
 
@@ -39,7 +46,7 @@ def parse(script):
     return ast.parse((REPO / f"{script}.py").read_text(), filename=f"{script}.py")
 
 
-TREES = {script: parse(script) for script in SCRIPT_NAMES}
+TREES = {script: parse(script) for script in SCRIPT_NAMES + EXTRAS_NAMES}
 
 
 def definitions(tree):
@@ -82,12 +89,16 @@ def dump_with_parameters_renamed(function):
     return ast.dump(_RenameParameters([a.arg for a in copy.args.args]).visit(copy))
 
 
+def short(name):
+    return name.removeprefix("extras/") if name.startswith("extras/") else name[:2]
+
+
 def shared(definitions_of):
     """(name, script_a, node_a, script_b, node_b) for each definition two scripts both have."""
     for (a, tree_a), (b, tree_b) in combinations(TREES.items(), 2):
         defs_a, defs_b = definitions_of(tree_a), definitions_of(tree_b)
         for name in sorted(defs_a.keys() & defs_b.keys()):
-            yield pytest.param(name, a, defs_a[name], b, defs_b[name], id=f"{name}-{a[:2]}-vs-{b[:2]}")
+            yield pytest.param(name, a, defs_a[name], b, defs_b[name], id=f"{name}-{short(a)}-vs-{short(b)}")
 
 
 @pytest.mark.parametrize("name, a, kernel_a, b, kernel_b", list(shared(kernels)))
@@ -107,7 +118,7 @@ def test_helper_copies_are_identical(name, a, helper_a, b, helper_b):
 def module_setup(tree):
     """The top-level statements that set the scripts up: the backend choice and KERNEL_DTYPES."""
     return [ast.dump(node) for node in tree.body
-            if (isinstance(node, ast.If) and "__main__" not in ast.unparse(node.test))
+            if (isinstance(node, ast.If) and "DEVICE" in ast.unparse(node))
             or (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "KERNEL_DTYPES")]
 
 
@@ -172,8 +183,13 @@ def test_each_script_defines_what_its_section_needs(script):
 
 
 def test_the_drift_guard_sees_every_kernel():
-    """The comparisons above are only as good as their inputs: all six kernels, in the scripts that print them."""
-    assert sorted(kernels(TREES["04_standalone_complete"])) == sorted([
-        "compute_dtype", "gelu_forward_kernel", "gelu_backward_kernel", "gelu_backward_kernel_buggy_no_chain_rule",
-        "square_forward_kernel", "square_backward_kernel"])
-    assert len(list(shared(kernels))) == 3 + 3 + 4 + 3 + 5 + 3  # pairs 01-02, 01-03, 01-04, 02-03, 02-04, 03-04
+    """The comparisons above are only as good as their inputs: every file's kernels, by name."""
+    gelu = {"compute_dtype", "gelu_forward_kernel", "gelu_backward_kernel"}
+    square = {"square_forward_kernel", "square_backward_kernel"}
+    buggy = {"gelu_backward_kernel_buggy_no_chain_rule"}
+    expected = {
+        "01_chained_expression": gelu | buggy, "02_graph_structure": gelu | square, "03_fan_in": gelu,
+        "04_standalone_complete": gelu | square | buggy, "extras/train_mlp": gelu | buggy,
+        "extras/triton_op": gelu | square,
+    }
+    assert {name: set(kernels(tree)) for name, tree in TREES.items()} == expected
