@@ -7,7 +7,7 @@ process by tests/test_compiles_for_gpus.py, because it makes the script
 believe a GPU is present, so that it defines compilable kernels rather than
 interpreted ones.
 
-Usage: python tests/compile_for_targets.py SCRIPT.py TARGET [TARGET ...]
+Usage: python tests/compile_for_targets.py [--dtypes fp16,bf16,...] SCRIPT.py TARGET [TARGET ...]
   TARGET: sm_75, sm_80, ..., sm_120 (NVIDIA) or gfx90a, gfx942, gfx1100 (AMD)
 Prints one line a target: "TARGET: compiled ..." or "TARGET: FAILED ..."; exits 1 if any failed.
 """
@@ -52,7 +52,7 @@ def source(kernel, pointer_dtype, size_type, block):
     return ASTSource(kernel, signature, constants={"BLOCK": block})
 
 
-def main(path, target_names):
+def main(path, target_names, dtypes=tuple(BLOCK_FOR_DTYPE)):
     spec = importlib.util.spec_from_file_location("compiled_script", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -66,7 +66,8 @@ def main(path, target_names):
         size_types = ("i32", "i64") if target_name == FULL_SIZE_TYPES_TARGET else ("i32",)
         try:
             for name, kernel in sorted(kernels.items()):
-                for dtype, block in BLOCK_FOR_DTYPE.items():
+                for dtype in dtypes:
+                    block = BLOCK_FOR_DTYPE[dtype]
                     for size_type in size_types:
                         try:
                             triton.compile(source(kernel, dtype, size_type, block), target=target)
@@ -78,10 +79,14 @@ def main(path, target_names):
             failed.append(target_name)
             continue
         print(f"{target_name}: compiled {len(kernels)} kernels ({', '.join(sorted(kernels))}) "
-              f"in {', '.join(BLOCK_FOR_DTYPE)}, n: {'/'.join(size_types)}", flush=True)
+              f"in {', '.join(dtypes)}, n: {'/'.join(size_types)}", flush=True)
     return 1 if failed else 0
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    arguments = sys.argv[1:]
+    chosen = tuple(BLOCK_FOR_DTYPE)
+    if arguments[:1] == ["--dtypes"]:
+        chosen, arguments = tuple(arguments[1].split(",")), arguments[2:]
+    if len(arguments) < 2 or not set(chosen) <= set(BLOCK_FOR_DTYPE):
         sys.exit(__doc__)
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    sys.exit(main(arguments[0], arguments[1:], chosen))
