@@ -1,3 +1,13 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "torch==2.13.0",
+#     "triton==3.7.1; sys_platform == 'linux'",
+#     "triton-windows==3.7.1.post27; sys_platform == 'win32'",
+#     "numpy==2.4.6; python_version >= '3.11'",
+#     "numpy==2.2.6; python_version < '3.11'",
+# ]
+# ///
 """
 Beyond the chapter: the chapter's kernels registered as PyTorch operators
 ==========================================================================

@@ -1,0 +1,35 @@
+"""Each script's inline metadata (PEP 723, read by `uv run SCRIPT.py`) pins what requirements.txt pins.
+
+`uv run 04_standalone_complete.py` installs from the block at the top of the file;
+`make check` installs from requirements.txt. The two must not drift apart.
+"""
+import re
+
+import pytest
+from chapter_scripts import EXTRAS_NAMES, REPO, SCRIPT_NAMES
+from packaging.requirements import Requirement
+
+BLOCK = re.compile(r"^# /// script\n((?:#.*\n)*?)# ///$", re.M)
+
+
+def inline_requirements(script):
+    text = (REPO / f"{script}.py").read_text()
+    blocks = BLOCK.findall(text)
+    assert len(blocks) == 1, f"{script}.py: expected one '# /// script' block, found {len(blocks)}"
+    toml = "\n".join(line.removeprefix("#").removeprefix(" ") for line in blocks[0].splitlines())
+    dependencies = re.search(r"dependencies = \[(.*?)\]", toml, re.S)[1]
+    return {str(Requirement(item)) for item in re.findall(r'"([^"]+)"', dependencies)}
+
+
+def requirements_txt():
+    lines = [line.split("#")[0].strip() for line in (REPO / "requirements.txt").read_text().splitlines()]
+    return {str(Requirement(line)) for line in lines if line}
+
+
+@pytest.mark.parametrize("script", SCRIPT_NAMES + EXTRAS_NAMES)
+def test_inline_pins_match_requirements_txt(script):
+    inline = inline_requirements(script)
+    assert {r for r in inline if Requirement(r).name in {"torch", "triton", "triton-windows", "numpy"}} == \
+        {r for r in requirements_txt() if Requirement(r).name in {"torch", "triton", "triton-windows", "numpy"}}, (
+        f"{script}.py's inline metadata pins torch, triton or numpy differently from requirements.txt")
+    assert inline <= requirements_txt(), f"{script}.py asks for {sorted(inline - requirements_txt())}, not in requirements.txt"
