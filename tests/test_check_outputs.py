@@ -147,8 +147,10 @@ SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os
 
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed")
-def test_checker_is_shellcheck_clean():
-    result = subprocess.run([SHELLCHECK, str(REPO / "check_outputs.sh")], capture_output=True, text=True)
+@pytest.mark.parametrize("script", ["check_outputs.sh", *sorted(p.name for p in (REPO / "tools").glob("*.sh"))])
+def test_shell_scripts_are_shellcheck_clean(script):
+    path = REPO / script if (REPO / script).exists() else REPO / "tools" / script
+    result = subprocess.run([SHELLCHECK, str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
