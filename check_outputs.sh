@@ -352,7 +352,7 @@ report_script() {
     sed 's/^/      /' "$out.diff"
     verdict=1
   fi
-  if [ "$require_gpu" -eq 1 ] && ! backend_of "$script" | grep -q -E '\((CUDA|ROCm)\)$'; then
+  if [ "$require_gpu" -eq 1 ] && ! backend_of "$script" | grep -E '\((CUDA|ROCm)\)$' >/dev/null; then
     [ "$verdict" -eq 1 ] || printf 'FAIL  %-28s %6s s\n' "$script" "$seconds"
     printf '      did not run on the GPU: %s\n' "$(backend_of "$script")"
     verdict=1
@@ -481,8 +481,10 @@ main() {
     failed=0
   fi
 
+  # grep reads all its input (no -q): an early exit would SIGPIPE the loop, and pipefail would
+  # turn a match into a failure.
   local script
-  if ! for script in "${scripts[@]}"; do backend_of "$script"; done | grep -q -E '\((CUDA|ROCm)\)$'; then
+  if ! for script in "${scripts[@]}"; do backend_of "$script"; done | grep -E '\((CUDA|ROCm)\)$' >/dev/null; then
     printf 'note: no GPU was verified; the scripts did not run on a GPU. Use --require-gpu to insist on one.\n'
   fi
   if [ "$timed_out" -gt 0 ]; then

@@ -24,6 +24,7 @@ EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op")
 def _load_script(name):
     spec = importlib.util.spec_from_file_location(f"chapter17_{name.replace('/', '_')}", REPO / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # torch.compile imports a function's module by name
     spec.loader.exec_module(module)
     return module
 

@@ -266,3 +266,14 @@ def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_
     time.sleep(0.5)
     assert live_processes_in(repo) == [], "a script, or a process it started, outlived the interrupt"
     assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
+
+
+def test_no_gpu_note_is_absent_when_the_scripts_report_a_gpu(tmp_path):
+    # The scripts' own backend line decides the note. On the H200 a `grep -q` here once
+    # exited early, SIGPIPEd the loop feeding it, and pipefail turned the match into the note.
+    repo = copy_of_repository(tmp_path / "repo")
+    for script in SCRIPT_NAMES:
+        plant(repo, script, 'import sys\nprint("running on Planted GPU (CUDA)", file=sys.stderr)\n')
+    result = run_checker(cwd=repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no GPU was verified" not in result.stdout
