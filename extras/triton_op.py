@@ -217,6 +217,15 @@ class TritonGELU(torch.autograd.Function):
 # anything outside its arguments: the compiler traces it.
 # ---------------------------------------------------------------------------
 
+def traceable(kernel):
+    """The kernel as torch.compile sees it. Under the interpreter, torch 2.11 and older refuse
+    to wrap an interpreted kernel ("wrap_triton only works on functions annotated with
+    triton.jit"); nothing compiles there anyway, so such a kernel is launched as it is."""
+    if DEVICE.type != "cuda" and not isinstance(kernel, triton.runtime.JITFunction):
+        return kernel
+    return wrap_triton(kernel)
+
+
 def _elementwise(kernel, *tensors):
     """Launch `kernel` over operands checked as the chapter's launch helpers check them."""
     tensors = kernel_operands(*tensors)
@@ -225,7 +234,7 @@ def _elementwise(kernel, *tensors):
     n = x.numel()
     BLOCK = 4096 // x.element_size()
     with device_of(x):
-        wrap_triton(kernel)[(triton.cdiv(n, BLOCK),)](*tensors, out, n, BLOCK=BLOCK)
+        traceable(kernel)[(triton.cdiv(n, BLOCK),)](*tensors, out, n, BLOCK=BLOCK)
     return out
 
 

@@ -74,7 +74,7 @@ def installed_versions(python):
 
 def check_and_test(python):
     """The checker's and pytest's results, as one-line summaries, with their seconds."""
-    env = dict(os.environ, PYTHON=str(python))
+    env = dict(os.environ, PYTHON=str(python), COLUMNS="400")  # pytest's summary lines uncut
     env.pop("TRITON_INTERPRET", None)
     checker, checker_seconds = run(["bash", "./check_outputs.sh"], env=env)
     if checker.returncode == 2:
@@ -86,7 +86,8 @@ def check_and_test(python):
     if tests.returncode == 2 and "Exit:" in tests.stdout + tests.stderr:
         test_summary = "exit 2: " + last_line(tests.stdout + tests.stderr).split("Exit: ", 1)[-1]
     failures = [line for line in tests.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    return {"checker": checker_summary, "checker_exit": checker.returncode, "checker_s": round(checker_seconds, 1),
+    commit, _ = run(["git", "rev-parse", "--short", "HEAD"])
+    return {"commit": commit.stdout.strip(), "checker": checker_summary, "checker_exit": checker.returncode, "checker_s": round(checker_seconds, 1),
             "tests": test_summary, "tests_exit": tests.returncode, "tests_s": round(test_seconds, 1),
             "failures": failures[:20]}
 
