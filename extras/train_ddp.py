@@ -1,0 +1,88 @@
+"""
+Beyond the chapter: TritonGELU under DistributedDataParallel
+=============================================================
+
+Not part of Chapter 17. Trains train_mlp.py's MLP block, with TritonGELU, in several
+processes with DistributedDataParallel, then checks that it reached the loss of one
+process training on the same global batch.
+
+Each rank imports first and picks its device afterwards, as real jobs do: every
+rank imports the kernels with cuda:0 current, then rank 1 moves to cuda:1, so its
+kernels are launched on a GPU other than the one current at import.
+
+    torchrun --standalone --nproc_per_node 2 extras/train_ddp.py      # NCCL, one GPU a rank
+    torchrun --standalone --nproc_per_node 2 extras/train_ddp.py      # gloo on the CPU, without GPUs
+
+On a machine with fewer GPUs than ranks it says so and exits 2. It builds on
+train_mlp.py (the model, the data, one-process training) and imports it.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import train_mlp  # picks the backend, as the chapter's scripts do, before this rank chooses its device
+
+
+def train_data_parallel(steps, global_batch, device):
+    """Each rank trains on its shard of every global batch; DDP averages the gradients."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # the same initial weights as train_mlp.train's
+    model = train_mlp.mlp_block("TritonGELU").to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    losses = []
+    for x, target in train_mlp.teacher_batches(steps, global_batch, 100, device):  # train_mlp.train's data
+        loss = torch.nn.functional.mse_loss(ddp(x.chunk(world)[rank]).float(), target.chunk(world)[rank])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)  # equal shards: the mean of the shards' means is the batch's mean
+        losses.append(global_loss.item() / world)
+    return losses, model
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Train the MLP block with TritonGELU under DDP.")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--global-batch", type=int, default=64, help="rows a step, over all ranks")
+    args = parser.parse_args()
+    world, local_rank = int(os.environ.get("WORLD_SIZE", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if world < 1:
+        sys.exit("run it with torchrun, e.g. torchrun --standalone --nproc_per_node 2 extras/train_ddp.py")
+    if args.steps < 1 or args.global_batch % world:
+        parser.error(f"--steps must be at least 1 and --global-batch a multiple of the {world} ranks")
+
+    if train_mlp.DEVICE.type == "cuda":
+        if torch.cuda.device_count() < world:
+            print(f"{world} ranks need {world} GPUs, one a rank; {torch.cuda.device_count()} visible", file=sys.stderr)
+            sys.exit(2)
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # after the imports, as real jobs do
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    try:
+        losses, _ = train_data_parallel(args.steps, args.global_batch, device)
+        if dist.get_rank() == 0:
+            single, _ = train_mlp.train("TritonGELU", steps=args.steps, batch=args.global_batch, device=device)
+            worst = max(abs(a - b) / b for a, b in zip(losses, single))
+            print(f"{world} ranks ({backend}) vs one process, same global batch of {args.global_batch}:")
+            print(f"{'step':>5} {'DDP':>12} {'one process':>12}")
+            for step in range(args.steps):
+                print(f"{step + 1:>5} {losses[step]:>12.6f} {single[step]:>12.6f}")
+            matches = worst < 1e-4
+            print(f"largest relative loss difference: {worst:.2e}; matches one process? {matches}")
+            if not matches:
+                sys.exit(1)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
