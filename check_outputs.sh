@@ -199,9 +199,9 @@ if not interpret and torch.cuda.is_available():
     else:
         print("backend\tCUDA")
         print(f"device\t{props.name}, compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}")
-        if (props.major, props.minor) == (7, 5) and release(triton_version) < (3, 1):
+        if (props.major, props.minor) == (7, 5) and release(triton_version) < (3, 3):
             print(f"warning\tTriton {triton_version} cannot compile bf16 kernels for this GPU (sm_75): the "
-                  "chapter'"'"'s fp32 scripts run, bf16 input does not. Triton 3.1 or newer (torch 2.5+) can.")
+                  "chapter'"'"'s fp32 scripts run, bf16 input does not. Triton 3.3 or newer (torch 2.7+) can.")
         if props.major in (10, 12) and release(triton_version) < (3, 3):
             print(f"warning\tTriton {triton_version} cannot compile for this Blackwell GPU (sm_{props.major}0: its "
                   "ptxas does not know it; triton-lang/triton#5950). Use torch 2.7 or newer (Triton 3.3 or newer).")

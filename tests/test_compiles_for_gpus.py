@@ -32,8 +32,9 @@ TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
 DTYPES = ("fp16", "bf16", "fp32", "fp64")
 # (target, dtype) pairs an older Triton cannot compile: (the oldest Triton that can, why).
 DTYPE_LIMITS = {
-    ("sm_75", "bf16"): ((3, 1), "Triton 3.0's ptxas refuses bf16 below sm_80 (\"Feature '.bf16' requires .target "
-                                "sm_80 or higher\"); Triton 3.1 emulates it. The chapter's fp32 scripts are unaffected"),
+    ("sm_75", "bf16"): ((3, 3), "Triton 3.0 to 3.2 emit bf16 instructions that ptxas refuses below sm_80 "
+                                "(\"Feature '.bf16' requires .target sm_80 or higher\"); Triton 3.3 compiles them. "
+                                "The chapter's fp32 scripts are unaffected"),
 }
 
 
