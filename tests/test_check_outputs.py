@@ -278,3 +278,20 @@ def test_no_gpu_note_is_absent_when_the_scripts_report_a_gpu(tmp_path):
     result = run_checker(cwd=repo)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no GPU was verified" not in result.stdout
+
+
+@pytest.mark.parametrize("system, route", [("Darwin", "Triton publishes no macOS packages"),
+                                            ("MINGW64_NT-10.0", "triton-windows")])
+def test_missing_triton_names_the_routes_for_the_os(tmp_path, system, route):
+    # The interpreter without site-packages lacks torch and triton; `uname` says which OS this is.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").write_text(f'#!/bin/sh\necho "{system}"\n')
+    bare_python = bin_dir / "python-without-triton"
+    bare_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    result = run_checker(PYTHON=str(bare_python), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert result.returncode == 2
+    assert "cannot import: torch triton" in result.stderr and route in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
