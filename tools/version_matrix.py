@@ -125,17 +125,31 @@ def measure_row(base_python, requirements, label, results_file, extra_numpy=None
 def render(results_file, table_file):
     rows = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
 
-    def order(row):  # by Python, then torch release, then NumPy: rows finish in any order
-        return [[int(n) for n in re.findall(r"\d+", row.get(key, ""))] for key in ("python", "torch", "numpy")]
-    rows.sort(key=order)
+    def numbers(text):
+        return [int(n) for n in re.findall(r"\d+", text)]
+
+    # By Python, then torch release; for one release, the default NumPy's row before its fix.
+    rows.sort(key=lambda row: (numbers(row.get("python", "")), numbers(row.get("torch", "")),
+                               [-n for n in numbers(row.get("numpy", ""))]))
+
+    def tidy(summary):
+        summary = re.sub(r"\S*/bin/python -m pip install", "pip install", summary)  # the venv is gone
+        return re.sub(r" in [\d.]+s( \(\d+:\d+:\d+\))?$", "", summary)  # seconds: last column
+
     out = ["| Python | torch | triton | numpy | `./check_outputs.sh` | `pytest` | install, check, test (s) |",
            "|---|---|---|---|---|---|---|"]
     for row in rows:
         if "install" in row:
             out.append(f"| | {row['label']} | | | | install {row['install']} | {row['install_s']} |")
             continue
-        out.append(f"| {row['python']} | {row['torch']} | {row['triton']} | {row['numpy']} | {row['checker']} | "
-                   f"{row['tests']} | {row['install_s']}, {row['checker_s']}, {row['tests_s']} |")
+        tests = tidy(row["tests"])
+        if tests.startswith("exit 2") and row["checker"].startswith("exit 2"):
+            tests = "exit 2, with the same cause and fix"
+        out.append(f"| {row['python']} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['checker'])} | "
+                   f"{tests} | {row['install_s']}, {row['checker_s']}, {row['tests_s']} |")
+    commits = sorted({row.get("commit", "?") for row in rows if "install" not in row})
+    out.append("")
+    out.append(f"Test suite at commit {', '.join(commits)}.")
     table_file.write_text("\n".join(out) + "\n")
     print("\n".join(out))
 
