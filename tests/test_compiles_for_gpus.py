@@ -43,7 +43,8 @@ def dtypes_for(target):
 
 
 def amd_linker_missing():
-    """Triton before 3.3 links AMD code with ROCm's ld.lld rather than its own; None if it can link."""
+    """Triton 3.4 and older (measured: 3.0 to 3.4) link AMD code with ROCm's ld.lld rather than
+    in-process; the reason to skip where that is missing, or None if this Triton can link."""
     from triton._C.libtriton import amd
     if hasattr(amd, "link_hsaco"):
         return None
