@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_NAMES = ("01_chained_expression", "02_graph_structure", "03_fan_in", "04_standalone_complete")
@@ -42,6 +43,9 @@ def load_extra(name):
     """An extras/ script as a module (import only once: triton_op registers operators)."""
     return _load_script(f"extras/{name}")
 
+
+# The installed Triton's (major, minor), for tests whose tolerance or targets depend on it.
+TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 requires_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the scripts chose the Triton interpreter)")
 

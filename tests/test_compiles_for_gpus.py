@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import triton
-from chapter_scripts import REPO
+from chapter_scripts import REPO, TRITON_RELEASE
 
 NVIDIA_TARGETS = {  # target: (example GPUs, the oldest Triton that knows it)
     "sm_75": ("T4, RTX 20xx (the free Colab GPU)", (3, 0)),
@@ -28,7 +28,6 @@ AMD_TARGETS = {
     "gfx942": ("MI300", (3, 0)),
     "gfx1100": ("RX 7900", (3, 0)),
 }
-TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
 DTYPES = ("fp16", "bf16", "fp32", "fp64")
 # (target, dtype) pairs an older Triton cannot compile: (the oldest Triton that can, why).
 DTYPE_LIMITS = {
