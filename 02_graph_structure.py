@@ -38,8 +38,11 @@ import torch
 
 # Added: choose where the kernels run before triton is imported and any kernel
 # is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET=1 set by the reader is kept as it is.
-if os.environ.get("TRITON_INTERPRET") == "1":
+# must come first; a TRITON_INTERPRET that the reader switched on is kept.
+# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
+# 1. Any of them is written back as 1, so that every release interprets.
+if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
+    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
     DEVICE = torch.device("cpu")
     print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
 elif torch.cuda.is_available():

@@ -46,8 +46,12 @@ workdir=""
 job_pids=()
 scripts_started=0
 
+# This file, by a path that still holds once main has changed into its directory.
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+readonly SELF
+
 usage() {
-  sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+  sed -n '/^# Usage:/,/^set -euo/p' "$SELF" | sed -e '$d' -e 's/^# \{0,1\}//'
 }
 
 # Errors go to the stderr the checker started with (fd 3 once main has saved it),
@@ -79,6 +83,16 @@ resolve_script() {
   printf '%s\n' "$name"
 }
 
+# Each script once: two runs of one script would write the same files, and the first
+# to finish would mark both done.
+add_script() {
+  local known
+  for known in ${scripts[@]+"${scripts[@]}"}; do
+    if [ "$known" = "$1" ]; then return 0; fi
+  done
+  scripts+=("$1")
+}
+
 set_timeout() {
   [[ "$1" =~ ^[0-9]+$ ]] || usage_error "--timeout takes a whole number of seconds (0 for none), not '$1'"
   timeout_seconds=$((10#$1))
@@ -101,7 +115,7 @@ parse_args() {
       esac
     fi
     # resolve_script exits 2 from its subshell; set -e carries that out here.
-    scripts+=("$(resolve_script "$1")")
+    add_script "$(resolve_script "$1")"
     shift
   done
   if [ ${#scripts[@]} -eq 0 ]; then
@@ -190,7 +204,9 @@ print(f"python\t{sys.version.split()[0]} ({sys.executable})")
 print(f"torch\t{torch.__version__}")
 print(f"triton\t{triton_version}")
 print(f"numpy\t{numpy_version}")
-interpret = os.environ.get("TRITON_INTERPRET") == "1"
+# As the scripts read it (and Triton 3.7 does): any of these, in any case, switches it on.
+interpret_setting = os.environ.get("TRITON_INTERPRET", "")
+interpret = interpret_setting.lower() in ("1", "true", "yes", "y", "on")
 if not interpret and torch.cuda.is_available():
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     if torch.version.hip:
@@ -207,7 +223,7 @@ if not interpret and torch.cuda.is_available():
             print(f"warning\tTriton {triton_version} cannot compile for this Blackwell GPU (sm_{props.major}0: its "
                   "ptxas does not know it; triton-lang/triton#5950). Use torch 2.7 or newer (Triton 3.3 or newer).")
 else:
-    why = "TRITON_INTERPRET=1 is set" if interpret else f"torch {torch.__version__} sees no GPU"
+    why = f"TRITON_INTERPRET={interpret_setting} is set" if interpret else f"torch {torch.__version__} sees no GPU"
     print("backend\tinterpreter")
     print(f"device\tnone ({why}): the Triton interpreter on the CPU, with numpy {numpy_version}")
     if release(triton_version) < (3, 2) and release(numpy_version) >= (2, 0):
@@ -329,7 +345,8 @@ backend_of() {
 }
 
 # Prints PASS or FAIL for one script, with the diff and its stderr's tail on failure.
-# Returns 0 for PASS, 1 when its output is wrong, 2 when it exited non-zero or timed out.
+# Returns 0 for PASS, 1 when its output is wrong, 2 when it exited non-zero, timed out or
+# (with --require-gpu) did not run on the GPU: the failures that --update must not record.
 report_script() {
   local script=$1 name=${1%.py}
   local out=$workdir/$name expected=expected_output/$name.txt
@@ -353,13 +370,14 @@ report_script() {
     sed 's/^/      /' "$out.diff"
     verdict=1
   fi
+  # Output from another backend is no evidence for this one: like a crash, it blocks --update.
   if [ "$require_gpu" -eq 1 ] && ! backend_of "$script" | grep -E '\((CUDA|ROCm)\)$' >/dev/null; then
     [ "$verdict" -eq 1 ] || printf 'FAIL  %-28s %6s s\n' "$script" "$seconds"
     printf '      did not run on the GPU: %s\n' "$(backend_of "$script")"
-    verdict=1
+    verdict=2
   fi
   if [ "$status" -ne 0 ]; then
-    [ "$verdict" -eq 1 ] || printf 'FAIL  %-28s %6s s\n' "$script" "$seconds"
+    [ "$verdict" -ne 0 ] || printf 'FAIL  %-28s %6s s\n' "$script" "$seconds"
     printf '      exited with status %s; the end of its stderr:\n' "$status"
     tail -n "$STDERR_TAIL_LINES" "$out.stderr" | sed 's/^/      | /'
     return 2
@@ -395,7 +413,9 @@ wait_and_report() {
       name=${scripts[$i]%.py}
       if [ -f "$workdir/$name.status" ]; then
         done_flags[i]=1
-      elif [ "$timeout_seconds" -gt 0 ] && [ $((SECONDS - scripts_started)) -ge "$timeout_seconds" ]; then
+      # SECONDS counts whole seconds, so a difference of N can be as little as N - 1 s of real
+      # time; waiting for N + 1 stops a script after at least N s, never before.
+      elif [ "$timeout_seconds" -gt 0 ] && [ $((SECONDS - scripts_started)) -gt "$timeout_seconds" ]; then
         stop_process_groups "${job_pids[$i]}"
         printf '%s\n' "$((SECONDS - scripts_started))" >"$workdir/$name.timedout"
         done_flags[i]=1
@@ -457,15 +477,20 @@ refuse_known_failures() {
 }
 
 main() {
-  cd "$(dirname "$0")"
+  # A relative PYTHON=venv/bin/python names a file from where the reader stands.
+  case "$PYTHON" in
+    /*) ;;
+    */*) PYTHON="$PWD/$PYTHON" ;;
+  esac
+  cd "$(dirname "$SELF")"
   exec 3>&2
   parse_args "$@"
   check_packages
 
-  workdir=$(mktemp -d "${TMPDIR:-/tmp}/check_outputs.XXXXXX")
   trap cleanup EXIT
   trap 'on_signal INT 130' INT
   trap 'on_signal TERM 143' TERM
+  workdir=$(mktemp -d "${TMPDIR:-/tmp}/check_outputs.XXXXXX")
 
   local TIMEFORMAT=%R
   { time run_and_report; } 2>"$workdir/wall.seconds"
@@ -473,7 +498,7 @@ main() {
 
   if [ "$update" -eq 1 ] && [ "$failed" -gt 0 ]; then
     if [ "$crashed" -gt 0 ]; then
-      err "--update refused: $crashed script(s) exited non-zero or timed out; expected_output/ is unchanged."
+      err "--update refused: $crashed script(s) exited non-zero, timed out or did not run on the GPU; expected_output/ is unchanged."
       printf '%d passed, %d failed\n' "$passed" "$failed"
       exit 1
     fi

@@ -11,10 +11,14 @@ rank imports the kernels with cuda:0 current, then rank 1 moves to cuda:1, so it
 kernels are launched on a GPU other than the one current at import.
 
     torchrun --standalone --nproc_per_node 2 extras/train_ddp.py      # NCCL, one GPU a rank
-    torchrun --standalone --nproc_per_node 2 extras/train_ddp.py      # gloo on the CPU, without GPUs
+    TRITON_INTERPRET=1 torchrun --standalone --nproc_per_node 2 extras/train_ddp.py
+                                                                      # gloo on the CPU
 
-On a machine with fewer GPUs than ranks it says so and exits 2. It builds on
-train_mlp.py (the model, the data, one-process training) and imports it.
+Without GPUs the second form needs no TRITON_INTERPRET=1: the CPU is then the only
+choice. On a machine with fewer GPUs than ranks on it it says so and exits 2.
+
+Unlike the other extras it is not self-contained: it builds on train_mlp.py (the
+model, the data, one-process training) and imports it.
 """
 import argparse
 import os
@@ -52,14 +56,18 @@ def main():
     parser.add_argument("--global-batch", type=int, default=64, help="rows a step, over all ranks")
     args = parser.parse_args()
     world, local_rank = int(os.environ.get("WORLD_SIZE", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    # The ranks on this machine, each wanting a GPU of its own (torchrun sets it; WORLD_SIZE
+    # counts the ranks of every machine).
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     if world < 1:
         sys.exit("run it with torchrun, e.g. torchrun --standalone --nproc_per_node 2 extras/train_ddp.py")
     if args.steps < 1 or args.global_batch % world:
         parser.error(f"--steps must be at least 1 and --global-batch a multiple of the {world} ranks")
 
     if train_mlp.DEVICE.type == "cuda":
-        if torch.cuda.device_count() < world:
-            print(f"{world} ranks need {world} GPUs, one a rank; {torch.cuda.device_count()} visible", file=sys.stderr)
+        if torch.cuda.device_count() < local_world:
+            print(f"{local_world} ranks on this machine need {local_world} GPUs, one a rank; "
+                  f"{torch.cuda.device_count()} visible", file=sys.stderr)
             sys.exit(2)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # after the imports, as real jobs do

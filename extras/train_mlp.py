@@ -39,8 +39,11 @@ import torch
 
 # Added: choose where the kernels run before triton is imported and any kernel
 # is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET=1 set by the reader is kept as it is.
-if os.environ.get("TRITON_INTERPRET") == "1":
+# must come first; a TRITON_INTERPRET that the reader switched on is kept.
+# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
+# 1. Any of them is written back as 1, so that every release interprets.
+if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
+    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
     DEVICE = torch.device("cpu")
     print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
 elif torch.cuda.is_available():
@@ -323,6 +326,13 @@ def main(argv=None):
         if step % every == 0 or step == args.steps - 1:
             print(f"{step + 1:>5} " + " ".join(f"{curves[name][step]:>16.6f}" for name in curves))
     print()
+    # Over every step, not only the rows above: what "the same curve" rests on.
+    for name in ("TritonGELU", "TritonGELUBuggy"):
+        gap = max(abs(a - b) for a, b in zip(curves[name], curves["nn.GELU"]))
+        print(f"{name} vs nn.GELU, largest loss difference over all {args.steps} steps: {gap:.3e}")
+    buggy = curves["TritonGELUBuggy"]
+    lowest = min(range(len(buggy)), key=buggy.__getitem__)
+    print(f"TritonGELUBuggy's lowest loss: {buggy[lowest]:.6f} at step {lowest + 1}; final {buggy[-1]:.6f}")
     print("TritonGELU vs nn.GELU, largest parameter difference after training:",
           f"{max_parameter_difference(models['TritonGELU'], models['nn.GELU']):.3e}")
     print("TritonGELUBuggy vs nn.GELU, largest parameter difference after training:",

@@ -20,10 +20,14 @@ newer), and shows that:
 1. the chapter's three facts still hold: inside ``2*z + 1`` the grad_output is
    uniformly 2; backward runs in reverse order; fan-in calls backward once, with
    the summed grad_output;
-2. ``torch.compile(fullgraph=True)`` compiles this version and refuses the
-   autograd.Function version (GPU only; the reason is printed);
-3. ``torch.library.opcheck`` passes (every check on a GPU; under the interpreter
-   only those that need no fake tensors can run).
+2. ``torch.compile(fullgraph=True)`` compiles the operators, and compiles the
+   autograd.Function as well, as long as its backward has no side effect: what it
+   refuses is 04's instrumentation, which appends to module-level lists (GPU only;
+   the reason is printed);
+3. ``torch.export`` of a Linear + GELU block keeps ``chapter17.gelu`` in the
+   exported graph, and its output matches ``nn.GELU``'s (GPU only);
+4. ``torch.library.opcheck`` passes: the schema, the autograd registration, and
+   (on a GPU) the fake-tensor and AOT-dispatch checks that compiled code relies on.
 
 Run it with ``python extras/triton_op.py``: on a CUDA GPU, or on the CPU through
 Triton's interpreter, where the parts that need a GPU say so on stderr.
@@ -44,8 +48,11 @@ if not hasattr(torch.library, "triton_op"):
 
 # Added: choose where the kernels run before triton is imported and any kernel
 # is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET=1 set by the reader is kept as it is.
-if os.environ.get("TRITON_INTERPRET") == "1":
+# must come first; a TRITON_INTERPRET that the reader switched on is kept.
+# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
+# 1. Any of them is written back as 1, so that every release interprets.
+if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
+    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
     DEVICE = torch.device("cpu")
     print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
 elif torch.cuda.is_available():
@@ -189,12 +196,8 @@ def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=None):  # changed: BLOCK=1024,
     return grad_input
 
 
-# The chapter's pattern, as 04_standalone_complete.py prints it: kept here so that
-# torch.compile can be shown refusing it.
-call_order = []
-captured_grads = []
-
-
+# The chapter's pattern, without the chapter's instrumentation (as in train_mlp.py):
+# torch.compile(fullgraph=True) compiles this Function, as it compiles the operators.
 class TritonGELU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -205,16 +208,30 @@ class TritonGELU(torch.autograd.Function):
     @staticmethod
     @no_double_backward
     def backward(ctx, grad_output):
-        call_order.append("TritonGELU.backward")
-        captured_grads.append(grad_output.clone())
         x, = ctx.saved_tensors
         return _launch_bwd(gelu_backward_kernel, grad_output.contiguous(), x)
+
+
+# 04_standalone_complete.py's TritonGELU records each call in module-level lists. That
+# append is a side effect, and it, not the autograd.Function, is what fullgraph=True
+# refuses ("Mutating a variable from outside the scope of this HOP is not supported").
+call_order = []
+captured_grads = []
+
+
+class TritonGELURecordingCalls(TritonGELU):
+    @staticmethod
+    def backward(ctx, grad_output):
+        call_order.append("TritonGELU.backward")
+        captured_grads.append(grad_output.clone())
+        return TritonGELU.backward(ctx, grad_output)
 
 
 # ---------------------------------------------------------------------------
 # The same kernels as operators. triton_op infers the schema from the type hints;
 # wrap_triton makes each launch visible to torch.compile. The body must not touch
-# anything outside its arguments: the compiler traces it.
+# anything outside its arguments: the compiler traces it. The launch helpers above
+# are the chapter's, so BLOCK, grid and operand checks are the same everywhere.
 # ---------------------------------------------------------------------------
 
 def traceable(kernel):
@@ -226,41 +243,47 @@ def traceable(kernel):
     return wrap_triton(kernel)
 
 
-def _elementwise(kernel, *tensors):
-    """Launch `kernel` over operands checked as the chapter's launch helpers check them."""
-    tensors = kernel_operands(*tensors)
-    x = tensors[-1]
-    out = torch.empty_like(x)
-    n = x.numel()
-    BLOCK = 4096 // x.element_size()
-    with device_of(x):
-        traceable(kernel)[(triton.cdiv(n, BLOCK),)](*tensors, out, n, BLOCK=BLOCK)
-    return out
-
-
 @triton_op("chapter17::gelu", mutates_args=())
 def gelu(x: torch.Tensor) -> torch.Tensor:
-    return _elementwise(gelu_forward_kernel, x)
+    return _launch(traceable(gelu_forward_kernel), x)
 
 
 @triton_op("chapter17::gelu_backward", mutates_args=())
 def gelu_backward(grad_output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _elementwise(gelu_backward_kernel, grad_output, x)  # grad_output * (Phi(x) + x * phi(x))
+    return _launch_bwd(traceable(gelu_backward_kernel), grad_output, x)  # grad_output * (Phi(x) + x * phi(x))
 
 
 @triton_op("chapter17::square", mutates_args=())
 def square(x: torch.Tensor) -> torch.Tensor:
-    return _elementwise(square_forward_kernel, x)
+    return _launch(traceable(square_forward_kernel), x)
 
 
 @triton_op("chapter17::square_backward", mutates_args=())
 def square_backward(grad_output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _elementwise(square_backward_kernel, grad_output, x)  # grad_output * 2x
+    return _launch_bwd(traceable(square_backward_kernel), grad_output, x)  # grad_output * 2x
 
 
-# What each backward saw, for the chapter's facts (eager mode: under torch.compile a
-# backward body is traced once, not run per call).
-backward_log = []
+# What each backward saw, kept only inside `recording_backward_calls()`, for the chapter's
+# facts. Outside it nothing is kept: a module-level list that grew on every call would
+# hold one gradient a step alive in a training loop. (Under torch.compile a backward body
+# is traced once, not run per call, so this records eager runs only.)
+_backward_log = None
+
+
+@contextlib.contextmanager
+def recording_backward_calls():
+    """Yields a list of (operator, grad_output) that each backward appends to, until the block ends."""
+    global _backward_log
+    previous, _backward_log = _backward_log, []
+    try:
+        yield _backward_log
+    finally:
+        _backward_log = previous
+
+
+def _record(name, grad_output):
+    if _backward_log is not None:
+        _backward_log.append((name, grad_output.detach().clone()))
 
 
 def save_input(ctx, inputs, output):
@@ -268,13 +291,13 @@ def save_input(ctx, inputs, output):
 
 
 def gelu_grad(ctx, grad_output):
-    backward_log.append(("gelu", grad_output.clone()))
+    _record("gelu", grad_output)
     x, = ctx.saved_tensors
     return gelu_backward(grad_output, x)
 
 
 def square_grad(ctx, grad_output):
-    backward_log.append(("square", grad_output.clone()))
+    _record("square", grad_output)
     x, = ctx.saved_tensors
     return square_backward(grad_output, x)
 
@@ -300,22 +323,23 @@ def chapter_facts():
     print("17.1 grad_output at gelu inside 2*z + 1:", hooked["z"].cpu())
     print("17.1 x.grad allclose to oracle?", torch.allclose(x.grad, oracle_grad(lambda z: (2 * z + 1).sum(), x), atol=1e-5))
 
-    backward_log.clear()
     x = torch.randn(4).to(DEVICE).requires_grad_(True)
-    square(gelu(x)).sum().backward()
-    print("17.2 backward call order:", [name for name, _ in backward_log])
+    with recording_backward_calls() as calls:
+        square(gelu(x)).sum().backward()
+    print("17.2 backward call order:", [name for name, _ in calls])
     print("17.2 x.grad allclose to oracle?", torch.allclose(x.grad, oracle_grad(lambda z: (z * z).sum(), x), atol=1e-5))
 
-    backward_log.clear()
     x = torch.randn(4).to(DEVICE).requires_grad_(True)
-    z = gelu(x)
-    ((2 * z).sum() + (3 * z).sum()).backward()
-    print("17.3 fan-in: backward calls:", len(backward_log), "with grad_output", backward_log[0][1].cpu())
+    with recording_backward_calls() as calls:
+        z = gelu(x)
+        ((2 * z).sum() + (3 * z).sum()).backward()
+    print("17.3 fan-in: backward calls:", len(calls), "with grad_output", calls[0][1].cpu())
     print("17.3 x.grad allclose to oracle?",
           torch.allclose(x.grad, oracle_grad(lambda z: (2 * z).sum() + (3 * z).sum(), x), atol=1e-5))
 
 
 def full_graph_compile():
+    """Compiles 2*gelu(x)+1 with fullgraph=True through each version; True unless a side-effect-free one fails."""
     print()
     print("=== torch.compile(fullgraph=True) ===")
     if DEVICE.type != "cuda":
@@ -325,7 +349,10 @@ def full_graph_compile():
     x = torch.randn(4096, generator=torch.Generator().manual_seed(7)).to(DEVICE).requires_grad_(True)
     expected = oracle_grad(lambda z: (2 * z + 1).sum(), x)
     ok = True
-    for label, op in (("torch.library.triton_op", gelu), ("autograd.Function", TritonGELU.apply)):
+    for label, op, side_effect_free in (("torch.library.triton_op", gelu, True),
+                                        ("autograd.Function, no side effects", TritonGELU.apply, True),
+                                        ("autograd.Function recording its calls (04's)",
+                                         TritonGELURecordingCalls.apply, False)):
         torch._dynamo.reset()
         x.grad = None
         try:
@@ -333,10 +360,54 @@ def full_graph_compile():
         except Exception as error:  # the refusal is the result being shown
             reason = " ".join(str(error).split())
             print(f"{label}: refused: {type(error).__name__}: {reason[:300]}")
-            ok = ok and label != "torch.library.triton_op"
+            ok = ok and not side_effect_free
             continue
         right = torch.allclose(x.grad, expected, atol=1e-5)
         print(f"{label}: compiled with fullgraph=True; x.grad allclose to oracle? {right}")
+        ok = ok and right
+    return ok
+
+
+class GELUBlock(torch.nn.Module):
+    """Linear, then GELU through one of the versions: what torch.export is shown on."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+        self.activation = activation
+
+    def forward(self, x):
+        return self.activation(self.linear(x))
+
+
+def exported_operators(program):
+    return sorted({str(node.target) for node in program.graph.nodes if node.op == "call_function"})
+
+
+def export_each():
+    """torch.export of a Linear + GELU block through each version; True if the operator's export is right."""
+    print()
+    print("=== torch.export ===")
+    if DEVICE.type != "cuda":
+        print("skipped: torch.export traces the kernels for a GPU; under the interpreter it is not shown",
+              file=sys.stderr)
+        print("skipped (needs a GPU)")
+        return True
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(32, 64, generator=generator).to(DEVICE)
+    ok = True
+    for label, activation in (("torch.library.triton_op", gelu), ("autograd.Function", TritonGELU.apply)):
+        torch.manual_seed(0)
+        model = GELUBlock(activation).to(DEVICE)
+        reference = torch.nn.functional.gelu(model.linear(x), approximate="none")
+        try:
+            program = torch.export.export(model, (x,))
+        except Exception as error:  # the refusal is the result being shown
+            print(f"{label}: refused: {type(error).__name__}: {' '.join(str(error).split())[:300]}")
+            ok = ok and label != "torch.library.triton_op"
+            continue
+        right = torch.allclose(program.module()(x), reference, atol=1e-5)
+        print(f"{label}: exported; graph calls {exported_operators(program)}; output allclose to nn.GELU's? {right}")
         ok = ok and right
     return ok
 
@@ -380,5 +451,5 @@ def opcheck_all():
 
 if __name__ == "__main__":
     chapter_facts()
-    results = [full_graph_compile(), opcheck_all()]
+    results = [full_graph_compile(), export_each(), opcheck_all()]
     sys.exit(0 if all(results) else 1)

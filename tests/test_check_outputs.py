@@ -106,9 +106,55 @@ def test_require_gpu_without_a_gpu_exits_2():
     assert "--require-gpu" in result.stderr and "PASS" not in result.stdout
 
 
-def test_require_gpu_refuses_the_interpreter_even_on_a_gpu_machine():
-    result = run_checker("--require-gpu", TRITON_INTERPRET="1")
-    assert result.returncode == 2 and "TRITON_INTERPRET=1" in result.stderr
+# Every spelling that Triton 3.7 reads as on; on the H200, TRITON_INTERPRET=true once ran the
+# kernels in the interpreter while the scripts and the checker reported CUDA.
+INTERPRET_ON_SPELLINGS = ["1", "true", "TRUE", "yes", "Y", "on", "On"]
+
+
+@pytest.mark.parametrize("spelling", INTERPRET_ON_SPELLINGS)
+def test_require_gpu_refuses_the_interpreter_even_on_a_gpu_machine(spelling):
+    result = run_checker("--require-gpu", TRITON_INTERPRET=spelling)
+    assert result.returncode == 2 and f"TRITON_INTERPRET={spelling} is set" in result.stderr, result.stderr
+    assert "PASS" not in result.stdout
+
+
+def test_a_script_named_twice_runs_once():
+    # Two runs of one script wrote the same files: the first to finish marked both done.
+    result = run_checker("02", "02_graph_structure.py", "./02_graph_structure")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(re.findall(r"^PASS +02_graph_structure\.py", result.stdout, re.M)) == 1, result.stdout
+    assert summary(result) == (1, 0)
+    assert "1 script(s) run concurrently" in result.stdout
+
+
+def test_runs_from_another_directory_with_a_relative_python(tmp_path):
+    # The checker changes into its own directory; --help and a relative PYTHON must not care.
+    repo = copy_of_repository(tmp_path / "sub")
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "py"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    help_result = subprocess.run(["bash", "sub/check_outputs.sh", "--help"], cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=60)
+    assert help_result.returncode == 0 and "Usage:" in help_result.stdout, help_result.stderr
+    result = subprocess.run(["bash", "sub/check_outputs.sh", "04"], cwd=tmp_path, capture_output=True, text=True,
+                            env=checker_environment(PYTHON="bin/py"), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary(result) == (1, 0)
+    assert (repo / "expected_output").is_dir()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a GPU: without one, --require-gpu stops before running anything")
+def test_update_with_require_gpu_refuses_output_from_the_interpreter(tmp_path):
+    # The script switches the interpreter on itself, behind the probe's back.
+    repo = copy_of_repository(tmp_path)
+    plant(repo, "01_chained_expression", 'import os\nos.environ["TRITON_INTERPRET"] = "1"\n')
+    expected = repo / "expected_output/01_chained_expression.txt"
+    expected.write_text("stale\n")
+    result = run_checker("--update", "--require-gpu", "01", cwd=repo)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "did not run on the GPU" in result.stdout and "--update refused" in result.stderr
+    assert expected.read_text() == "stale\n"
 
 
 def test_python_without_torch_exits_2_with_a_message(tmp_path):
@@ -147,10 +193,10 @@ SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os
 
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed")
-@pytest.mark.parametrize("script", ["check_outputs.sh", *sorted(p.name for p in (REPO / "tools").glob("*.sh"))])
+@pytest.mark.parametrize("script", ["check_outputs.sh", ".ci/run",
+                                    *sorted(f"tools/{p.name}" for p in (REPO / "tools").glob("*.sh"))])
 def test_shell_scripts_are_shellcheck_clean(script):
-    path = REPO / script if (REPO / script).exists() else REPO / "tools" / script
-    result = subprocess.run([SHELLCHECK, str(path)], capture_output=True, text=True)
+    result = subprocess.run([SHELLCHECK, str(REPO / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
@@ -223,6 +269,7 @@ def test_hanging_script_times_out_and_the_others_still_count(tmp_path):
         assert re.search(rf"^PASS +{script}\.py", stdout, re.M), stdout
     assert stdout.rstrip().splitlines()[-1] == "3 passed, 1 failed"
     assert "--timeout SECONDS" in stderr
+    assert elapsed >= 20, f"the checker stopped a script after {elapsed:.1f} s, before its 20 s timeout"
     assert elapsed < 60, f"the checker took {elapsed:.0f} s to give up on a 20 s timeout"
     assert live_processes_in(repo) == [], "the timed-out script, or the process it started, is still running"
     assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"

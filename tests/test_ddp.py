@@ -39,4 +39,4 @@ def test_two_gpus_with_nccl_reach_the_one_process_loss():
 def test_more_ranks_than_gpus_is_refused_with_a_reason():
     result = torchrun()
     assert result.returncode != 0
-    assert "2 ranks need 2 GPUs, one a rank; 1 visible" in result.stderr
+    assert "2 ranks on this machine need 2 GPUs, one a rank; 1 visible" in result.stderr

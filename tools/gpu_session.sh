@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu_session.sh: everything this repository measures on a GPU, in one run, as recorded in
 # README.md and benchmarks/results/: the checker with a cold and a warm Triton cache, the
-# test suite, and the extras (training demo with its plot, triton_op).
+# test suite, the extras (training demo with its plot, triton_op, the live autograd
+# diagrams) and the benchmarks.
 #
 # Usage: tools/gpu_session.sh OUTPUT_DIR      (PYTHON: the interpreter, default python3)
+#   OUTPUT_DIR  where plots and result files go, relative to where it is started
 # Exit code: 0 when every step passed; 1 otherwise (each step's status is in the log).
 set -uo pipefail
 
@@ -24,13 +26,17 @@ step() {
 main() {
   local out=${1:?usage: tools/gpu_session.sh OUTPUT_DIR}
   failures=0
+  # OUTPUT_DIR is the reader's, from where they started: made and resolved before the cd.
+  mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
   cd "$(dirname "$0")/.." || exit 2
-  mkdir -p "$out"
+  printf 'commit %s\n' "$(git rev-parse HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1
   "$PYTHON" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.version.cuda)'
 
+  # A cold cache for the first checker run, removed at the end.
   TRITON_CACHE_DIR=$(mktemp -d)
   export TRITON_CACHE_DIR
+  trap 'rm -rf "$TRITON_CACHE_DIR"' EXIT
   step checker-cold ./check_outputs.sh --require-gpu
   step checker-warm ./check_outputs.sh --require-gpu
   step pytest "$PYTHON" -m pytest -q -rs -p no:cacheprovider
