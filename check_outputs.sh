@@ -14,7 +14,8 @@
 #                      default: every NN_*.py script beside this file
 #   --require-gpu      exit 2 unless the scripts would run on a GPU (CUDA or ROCm)
 #   --update           rewrite expected_output/ from this run and show what changed;
-#                      refused when any script exits non-zero or times out
+#                      refused when any script exits non-zero, times out, or (with
+#                      --require-gpu) did not run on the GPU
 #   --timeout SECONDS  stop and fail a script still running after SECONDS (default 120;
 #                      0 turns the timeout off)
 #   -h, --help         show this help
@@ -99,7 +100,7 @@ set_timeout() {
 }
 
 parse_args() {
-  local only_scripts=0
+  local only_scripts=0 resolved
   while [ $# -gt 0 ]; do
     if [ "$only_scripts" -eq 0 ]; then
       case "$1" in
@@ -114,8 +115,10 @@ parse_args() {
         -*) usage_error "unknown option: $1" ;;
       esac
     fi
-    # resolve_script exits 2 from its subshell; set -e carries that out here.
-    add_script "$(resolve_script "$1")"
+    # resolve_script exits 2 from its subshell; set -e carries that out here, on the
+    # assignment (an argument to add_script would hide the status).
+    resolved=$(resolve_script "$1")
+    add_script "$resolved"
     shift
   done
   if [ ${#scripts[@]} -eq 0 ]; then

@@ -42,6 +42,8 @@ def parse_args():
     parser.add_argument("--min-log2", type=int, default=16, help="smallest size, as a power of two (default 16)")
     parser.add_argument("--max-log2", type=int, default=30, help="largest size, as a power of two (default 30)")
     parser.add_argument("--dtypes", default="fp32,bf16", help=f"comma-separated, of {', '.join(DTYPES)} (default fp32,bf16)")
+    parser.add_argument("--block", type=int, default=None,
+                        help="elements a program (the launch helpers' BLOCK); default: theirs, 4 KiB a program")
     parser.add_argument("--label", default="hardened", help="names this run in the CSV (default: hardened)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results",
                         help="folder for gelu_bandwidth.csv and gelu_bandwidth.png (default benchmarks/results)")
@@ -56,18 +58,20 @@ def parse_args():
     return args
 
 
-def load_kernels(script_path):
-    """The script's forward and backward launches, as functions of (x) and (grad_output, x)."""
+def load_kernels(script_path, block=None):
+    """The script's forward and backward launches, as functions of (x) and (grad_output, x);
+    block, if given, is passed to the launch helpers as their BLOCK."""
     spec = importlib.util.spec_from_file_location("benchmarked_script", script_path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     if hasattr(script, "_launch"):  # 02 and 04
-        return (lambda x: script._launch(script.gelu_forward_kernel, x),
-                lambda g, x: script._launch_bwd(script.gelu_backward_kernel, g, x))
+        return (lambda x: script._launch(script.gelu_forward_kernel, x, BLOCK=block),
+                lambda g, x: script._launch_bwd(script.gelu_backward_kernel, g, x, BLOCK=block))
     if hasattr(script, "triton_gelu_backward"):  # 03
-        return script.triton_gelu_forward, script.triton_gelu_backward
-    return (script.triton_gelu_forward,  # 01
-            lambda g, x: script._launch_bwd(script.gelu_backward_kernel, g, x))
+        return (lambda x: script.triton_gelu_forward(x, BLOCK=block),
+                lambda g, x: script.triton_gelu_backward(g, x, BLOCK=block))
+    return (lambda x: script.triton_gelu_forward(x, BLOCK=block),  # 01
+            lambda g, x: script._launch_bwd(script.gelu_backward_kernel, g, x, BLOCK=block))
 
 
 def time_cases(triton_forward, triton_backward, n, dtype):
@@ -145,7 +149,7 @@ def main():
                  "on the CPU says nothing about.")
     import triton
 
-    triton_forward, triton_backward = load_kernels(args.script)
+    triton_forward, triton_backward = load_kernels(args.script, args.block)
     device = torch.cuda.get_device_name()
     rows = []
     print(f"{device}, torch {torch.__version__}, triton {triton.__version__}, kernels from {os.path.relpath(args.script)}")

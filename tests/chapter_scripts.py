@@ -19,7 +19,7 @@ import triton
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_NAMES = ("01_chained_expression", "02_graph_structure", "03_fan_in", "04_standalone_complete")
 # Beyond the chapter: self-contained scripts that carry copies of the chapter's kernels.
-EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op")
+EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op", "extras/autograd_diagram")
 
 
 def _load_script(name):

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # gpu_session.sh: everything this repository measures on a GPU, in one run, as recorded in
-# README.md and benchmarks/results/: the checker with a cold and a warm Triton cache, the
-# test suite, the extras (training demo with its plot, triton_op, the live autograd
-# diagrams) and the benchmarks.
+# README.md, docs/ and benchmarks/results/: the checker with a cold and a warm Triton cache,
+# the test suite, the extras (training demo, triton_op, the live autograd diagrams), the
+# notebook, and the benchmarks.
 #
-# Usage: tools/gpu_session.sh OUTPUT_DIR      (PYTHON: the interpreter, default python3)
+# Usage: tools/gpu_session.sh OUTPUT_DIR [STEP ...]
 #   OUTPUT_DIR  where plots and result files go, relative to where it is started
-# Exit code: 0 when every step passed; 1 otherwise (each step's status is in the log).
+#   STEP        run only these steps (default: all, in the order listed by --list)
+#   --list      print the steps and exit
+# Environment: PYTHON, the interpreter (default python3).
+# Exit code: 0 when every step passed; 1 otherwise (each step's status is in the log); 2 on
+# a usage error.
 set -uo pipefail
 
 PYTHON=${PYTHON:-python3}
 export PYTHON PYTHONUNBUFFERED=1
+
+STEPS=(checker-cold checker-warm interpret-spellings pytest train-fp32 train-bf16 train-compile
+  train-checkpoint triton-op diagram diagram-overhead notebook large-tensor-listing large-tensor
+  bandwidth-blocks mlp-step)
 
 step() {
   local name=$1 status
@@ -23,13 +31,93 @@ step() {
   [ "$status" -eq 0 ] || failures=$((failures + 1))
 }
 
+# Each spelling Triton reads as "on" must keep --require-gpu from passing (exit 2).
+interpret_spellings() {
+  local spelling status
+  for spelling in 1 true TRUE yes on; do
+    status=0
+    TRITON_INTERPRET=$spelling ./check_outputs.sh --require-gpu 04 >/dev/null 2>&1 || status=$?
+    printf 'TRITON_INTERPRET=%-5s ./check_outputs.sh --require-gpu 04: exit %s\n' "$spelling" "$status"
+    [ "$status" -eq 2 ] || return 1
+  done
+  TRITON_INTERPRET=true "$PYTHON" 04_standalone_complete.py 2>&1 >/dev/null | head -n 1
+}
+
+# The chapter's diagrams on this GPU, against the golden files made on the CPU.
+diagram_matches_golden() {
+  local format golden status=0
+  for format in ascii mermaid dot; do
+    golden=extras/expected_output/autograd_diagram.txt
+    [ "$format" = ascii ] || golden=extras/expected_output/autograd_diagram.$format.txt
+    if "$PYTHON" extras/autograd_diagram.py --format "$format" 2>/dev/null | diff -u "$golden" -; then
+      printf '%s: byte-identical to %s\n' "$format" "$golden"
+    else
+      status=1
+    fi
+  done
+  return "$status"
+}
+
+# The printed listing, from the repository's first commit (or LISTING, a copy of it, where
+# there is no git history).
+listing_past_2_31() {
+  local listing=${LISTING:-} status=0
+  if [ -z "$listing" ]; then
+    listing=$(mktemp --suffix=.py)
+    git show "$(git rev-list --max-parents=0 HEAD)":04_standalone_complete.py >"$listing" || return 1
+  fi
+  "$PYTHON" benchmarks/large_tensor.py --script "$listing" || status=$?
+  [ -n "${LISTING:-}" ] || rm -f "$listing"
+  # The printed listing is expected to fail: that is the measurement.
+  [ "$status" -ne 0 ]
+}
+
+bandwidth_blocks() {
+  local block
+  for block in 1024 2048; do
+    "$PYTHON" benchmarks/gelu_bandwidth.py --dtypes bf16 --min-log2 26 --max-log2 30 --block "$block" \
+      --label "bf16_block$block" --out "$out" || return 1
+  done
+}
+
+notebook() {
+  "$PYTHON" tools/run_notebook.py notebooks/chapter17.ipynb --output "$out/chapter17.ipynb"
+}
+
+run_step() {
+  case "$1" in
+    checker-cold) step "$1" ./check_outputs.sh --require-gpu ;;
+    checker-warm) step "$1" ./check_outputs.sh --require-gpu ;;
+    interpret-spellings) step "$1" interpret_spellings ;;
+    pytest) step "$1" "$PYTHON" -m pytest -q -rs -p no:cacheprovider ;;
+    train-fp32) step "$1" "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --plot "$out/train_mlp.png" ;;
+    train-bf16) step "$1" "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --bf16 --plot "$out/train_mlp_bf16.png" ;;
+    train-compile) step "$1" "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --compile --plot "$out/train_mlp_compile.png" ;;
+    train-checkpoint) step "$1" "$PYTHON" extras/train_mlp.py --steps 30 --checkpoint --plot "$out/train_mlp_checkpoint.png" ;;
+    triton-op) step "$1" "$PYTHON" extras/triton_op.py ;;
+    diagram) step "$1" diagram_matches_golden ;;
+    diagram-overhead) step "$1" "$PYTHON" extras/autograd_diagram.py --overhead ;;
+    notebook) step "$1" notebook ;;
+    large-tensor-listing) step "$1" listing_past_2_31 ;;
+    large-tensor) step "$1" "$PYTHON" benchmarks/large_tensor.py ;;
+    bandwidth-blocks) step "$1" bandwidth_blocks ;;
+    mlp-step) step "$1" "$PYTHON" benchmarks/mlp_step.py --out "$out" ;;
+    *) printf 'gpu_session.sh: unknown step %s; steps: %s\n' "$1" "${STEPS[*]}" >&2; exit 2 ;;
+  esac
+}
+
 main() {
-  local out=${1:?usage: tools/gpu_session.sh OUTPUT_DIR}
+  if [ "${1:-}" = --list ]; then printf '%s\n' "${STEPS[@]}"; exit 0; fi
+  out=${1:?usage: tools/gpu_session.sh OUTPUT_DIR [STEP ...]}
+  shift
+  local chosen=("$@") name
+  [ ${#chosen[@]} -gt 0 ] || chosen=("${STEPS[@]}")
   failures=0
   # OUTPUT_DIR is the reader's, from where they started: made and resolved before the cd.
   mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
   cd "$(dirname "$0")/.." || exit 2
-  printf 'commit %s\n' "$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # COMMIT: the commit this tree is, where it is a copy without git history.
+  printf 'commit %s\n' "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1
   "$PYTHON" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.version.cuda)'
 
@@ -37,14 +125,7 @@ main() {
   TRITON_CACHE_DIR=$(mktemp -d)
   export TRITON_CACHE_DIR
   trap 'rm -rf "$TRITON_CACHE_DIR"' EXIT
-  step checker-cold ./check_outputs.sh --require-gpu
-  step checker-warm ./check_outputs.sh --require-gpu
-  step pytest "$PYTHON" -m pytest -q -rs -p no:cacheprovider
-  step train-fp32 "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --plot "$out/train_mlp.png"
-  step train-bf16 "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --bf16 --plot "$out/train_mlp_bf16.png"
-  step train-compile "$PYTHON" extras/train_mlp.py --steps 200 --batch 256 --compile --plot "$out/train_mlp_compile.png"
-  step train-checkpoint "$PYTHON" extras/train_mlp.py --steps 30 --checkpoint --plot "$out/train_mlp_checkpoint.png"
-  step triton-op "$PYTHON" extras/triton_op.py
+  for name in "${chosen[@]}"; do run_step "$name"; done
   printf '\n%s step(s) failed\n' "$failures"
   [ "$failures" -eq 0 ]
 }
