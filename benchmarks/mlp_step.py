@@ -27,6 +27,7 @@ Without a GPU (and without --dry-run) it says so and exits 2.
 import argparse
 import csv
 import importlib.util
+import re
 import statistics
 import sys
 import time
@@ -162,6 +163,12 @@ def gelu_kernel(name):
     return "gelu" in name.lower()
 
 
+def short_kernel_name(name):
+    """PyTorch's own kernels have C++ template names hundreds of characters long: the functor's name stands in."""
+    match = re.search(r"at::native::(\w*Gelu\w*)", name)
+    return f"aten {match[1]}" if match else name
+
+
 def count_kernels(step, device):
     """(every kernel one step launched, the names of those computing GELU or its gradient)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
@@ -170,7 +177,7 @@ def count_kernels(step, device):
         torch.cuda.synchronize()
     names = [e.name for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA
              and not e.name.startswith(("Memcpy", "Memset"))]
-    return len(names), sorted(n for n in set(names) if gelu_kernel(n))
+    return len(names), sorted({short_kernel_name(n) for n in names if gelu_kernel(n)})
 
 
 def measure(blocks, d, name, mode, dtype, kind, extras, device, profile):

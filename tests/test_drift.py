@@ -11,10 +11,14 @@ and these tests keep the copies in step.
   (`order`, `captured`, ...) and 01/03 launch through other helpers than 02/04.
 """
 import ast
+import json
 from itertools import combinations
 
 import pytest
 from chapter_scripts import EXTRAS_NAMES, REPO, SCRIPT_NAMES
+
+# The notebook is one more copy: its code cells, read as one module.
+NOTEBOOK = "notebooks/chapter17"
 
 # What each file must define, for its story and for the tests. The tests pick the files to
 # run against by the names they define (chapter_scripts.scripts_defining): a helper renamed
@@ -43,6 +47,10 @@ REQUIRED_NAMES = {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "record_backward", "render_ascii",
         "render_mermaid", "render_dot"},
+    NOTEBOOK: COMMON | {
+        "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
+        "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
+        "section_17_1", "section_17_2", "section_17_3", "record_backward", "render_ascii", "chapter_recordings"},
 }
 
 
@@ -50,7 +58,12 @@ def parse(script):
     return ast.parse((REPO / f"{script}.py").read_text(), filename=f"{script}.py")
 
 
-TREES = {script: parse(script) for script in SCRIPT_NAMES + EXTRAS_NAMES}
+def parse_notebook():
+    cells = json.loads((REPO / f"{NOTEBOOK}.ipynb").read_text())["cells"]
+    return ast.parse("\n\n".join(c["source"] for c in cells if c["cell_type"] == "code"), filename=f"{NOTEBOOK}.ipynb")
+
+
+TREES = {script: parse(script) for script in SCRIPT_NAMES + EXTRAS_NAMES} | {NOTEBOOK: parse_notebook()}
 
 
 def definitions(tree):
@@ -179,7 +192,7 @@ def test_every_file_the_guard_reads_has_its_required_names():
     assert set(REQUIRED_NAMES) == set(TREES)
 
 
-@pytest.mark.parametrize("script", SCRIPT_NAMES + EXTRAS_NAMES)
+@pytest.mark.parametrize("script", list(TREES))
 def test_each_script_defines_what_its_section_needs(script):
     tree = TREES[script]
     defined = set(definitions(tree)) | {t.id for node in tree.body if isinstance(node, ast.Assign)
@@ -200,5 +213,6 @@ def test_the_drift_guard_sees_every_kernel():
         "01_chained_expression": gelu | buggy, "02_graph_structure": gelu | square, "03_fan_in": gelu,
         "04_standalone_complete": gelu | square | buggy, "extras/train_mlp": gelu | buggy,
         "extras/triton_op": gelu | square, "extras/autograd_diagram": gelu | square | buggy,
+        NOTEBOOK: gelu | square | buggy,
     }
     assert {name: set(kernels(tree)) for name, tree in TREES.items()} == expected
