@@ -2,6 +2,9 @@
 # make test   - build .venv if needed, then run the test suite
 # make bench  - GELU bandwidth benchmark (needs a CUDA GPU)
 # make matrix - a venv per PyTorch release: checker and tests in each (slow, downloads GBs; never in CI)
+# make notebook - regenerate notebooks/chapter17.ipynb from the scripts (then run it on a GPU)
+# make container, make container-arm64 - build the image and run the checker in it, with
+#               docker (or podman); the arm64 one as an Apple Silicon Mac runs it
 # make clean  - remove .venv
 #
 # PY=/path/to/python uses an interpreter that already has torch and triton
@@ -14,7 +17,7 @@ PY ?= $(VENV_PYTHON)
 # .venv is built only when it is the interpreter in use.
 ENV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(VENV_STAMP))
 
-.PHONY: check test bench matrix clean
+.PHONY: check test bench matrix notebook container container-arm64 clean
 
 check: $(ENV_DEPENDENCY)
 	PYTHON=$(PY) ./check_outputs.sh
@@ -30,6 +33,18 @@ MATRIX_PYTHONS ?= $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python $(HOME)/.
 
 matrix:
 	python3 tools/version_matrix.py --pinned-pythons $(MATRIX_PYTHONS)
+
+notebook: $(ENV_DEPENDENCY)
+	$(PY) tools/build_notebook.py
+
+# CONTAINER: docker, or podman where docker is absent (or any command with their verbs).
+CONTAINER ?= $(shell command -v docker || command -v podman)
+
+container:
+	CONTAINER=$(CONTAINER) tools/container_check.sh
+
+container-arm64:
+	CONTAINER=$(CONTAINER) tools/container_check.sh --platform linux/arm64
 
 $(VENV_STAMP): requirements.txt
 	python3 -m venv $(VENV)

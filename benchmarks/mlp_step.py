@@ -85,6 +85,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", type=parse_choices(DTYPES), default=list(DTYPES))
     parser.add_argument("--steps", type=parse_choices(STEPS), default=list(STEPS))
     parser.add_argument("--no-profile", action="store_true", help="skip the kernel counts")
+    parser.add_argument("--explain", action="store_true",
+                        help="instead of timing: torch._dynamo.explain of each activation's forward (graphs, breaks)")
     parser.add_argument("--dry-run", action="store_true",
                         help="a tiny model (1x32, 64 tokens), eager, timed with a clock: runs anywhere")
     parser.add_argument("--label", default="h200", help="names the result files (default h200)")
@@ -207,6 +209,23 @@ def measure(blocks, d, name, mode, dtype, kind, extras, device, profile):
     return ms, peak, kernels, gelu_names
 
 
+def explain(blocks, d, name, dtype, extras, device):
+    """(graphs, graph breaks, their reasons) when torch.compile traces the model's forward and loss."""
+    torch.manual_seed(0)
+    model = mlp(blocks, d, name, extras).to(device)
+    x = torch.randn(STATE["tokens"], d, device=device, generator=torch.Generator(device=device).manual_seed(0))
+
+    def forward_loss(x):
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x).float().square().mean()
+
+    torch._dynamo.reset()
+    report = torch._dynamo.explain(forward_loss)(x)
+    reasons = sorted({" ".join(str(r.reason).split())[:200] for r in report.break_reasons})
+    torch._dynamo.reset()
+    return report.graph_count, report.graph_break_count, reasons
+
+
 def summarize(rows):
     """Markdown: for each model, dtype and mode, each activation's step time against nn.GELU's."""
     lines = ["| model | dtype | mode | step | nn.GELU ms | TritonGELU | triton_op | peak MiB (nn.GELU / TritonGELU / triton_op) "
@@ -280,6 +299,14 @@ def main(argv=None):
         return 2
     STATE["tokens"] = args.tokens
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton interpreter"
+    if args.explain:
+        for blocks, d in args.models:
+            for dtype in args.dtypes:
+                for name in args.activations:
+                    graphs, breaks, reasons = explain(blocks, d, name, dtype, extras, device)
+                    print(f"{blocks}x{d} {dtype} {name}: torch.compile traced {graphs} graph(s) with {breaks} "
+                          f"graph break(s){': ' + ' | '.join(reasons) if reasons else ''}", flush=True)
+        return 0
     print(f"{where}, torch {torch.__version__}, triton {triton.__version__}, {args.tokens} tokens"
           f"{', dry run' if args.dry_run else ''}")
     print(f"{'model':>10} {'dtype':>5} {'mode':>8} {'step':>6} {'activation':>11} {'ms':>10} {'vs nn.GELU':>10} "

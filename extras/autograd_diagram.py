@@ -270,17 +270,40 @@ SMALL = 6  # a gradient of at most this many elements is shown whole
 def summarize(t):
     """A gradient in a few characters: a uniform tensor as its value ("2"), a small one as
     its values, a larger one as its shape and range; None as "None"."""
-    return "None" if t is None else describe(*measure(t))
+    if t is None:
+        return "None"
+    shape, numbers = measure(t)
+    return describe(shape, read_all([(shape, numbers)])[0])
 
 
 def measure(t):
-    """(shape, numbers) for describe(): the values of a small tensor, else its minimum and
-    maximum (equal when it is uniform). They stay on t's device, so that the hooks make no
-    GPU-to-CPU round trip during the backward: one reduction a gradient, read at the end."""
+    """(shape, numbers) for describe(): a copy of a small tensor's values, else its minimum and
+    maximum (equal when it is uniform), as tensors on t's device: the hooks make no GPU-to-CPU
+    round trip during the backward, and launch one kernel a gradient."""
     flat = t.detach().flatten()
     if flat.numel() <= SMALL:
-        return list(t.shape), flat.double()
-    return list(t.shape), torch.stack(torch.aminmax(flat)).double()
+        return list(t.shape), (flat.clone(),)
+    return list(t.shape), tuple(torch.aminmax(flat))
+
+
+def read_all(measured):
+    """Every measure()'s numbers as Python floats: one copy to the CPU for each dtype."""
+    pieces = [piece.reshape(-1) for _, numbers in measured for piece in numbers]
+    by_dtype = {}
+    for i, piece in enumerate(pieces):
+        by_dtype.setdefault(piece.dtype, []).append(i)
+    values = [None] * len(pieces)
+    for indices in by_dtype.values():
+        flat = torch.cat([pieces[i] for i in indices]).double().cpu().tolist()
+        offset = 0
+        for i in indices:
+            values[i] = flat[offset:offset + pieces[i].numel()]
+            offset += pieces[i].numel()
+    numbers, k = [], 0
+    for _, parts in measured:
+        numbers.append([v for part in values[k:k + len(parts)] for v in part])
+        k += len(parts)
+    return numbers
 
 
 def describe(shape, numbers):
@@ -431,12 +454,8 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
     finally:
         for handle in handles:
             handle.remove()
-    # One transfer for every number the hooks kept, then each index becomes its summary.
-    flat = torch.cat([numbers.flatten() for _, numbers in measured]).cpu() if measured else torch.empty(0)
-    texts, offset = [], 0
-    for shape, numbers in measured:
-        texts.append(describe(shape, flat[offset:offset + numbers.numel()]))
-        offset += numbers.numel()
+    # Every number the hooks kept, read at once; then each index becomes its summary.
+    texts = [describe(shape, numbers) for (shape, _), numbers in zip(measured, read_all(measured))]
     text = lambda index: "None" if index is None else texts[index]  # noqa: E731
     for node in nodes:
         node.received = [text(i) for i in node.received]

