@@ -60,7 +60,8 @@ def parse(script):
 
 def parse_notebook():
     cells = json.loads((REPO / f"{NOTEBOOK}.ipynb").read_text())["cells"]
-    return ast.parse("\n\n".join(c["source"] for c in cells if c["cell_type"] == "code"), filename=f"{NOTEBOOK}.ipynb")
+    sources = ("".join(c["source"]) for c in cells if c["cell_type"] == "code")  # a string, or a list of lines
+    return ast.parse("\n\n".join(sources), filename=f"{NOTEBOOK}.ipynb")
 
 
 TREES = {script: parse(script) for script in SCRIPT_NAMES + EXTRAS_NAMES} | {NOTEBOOK: parse_notebook()}

@@ -24,7 +24,7 @@ def test_the_committed_notebook_is_what_the_generator_makes():
 
 def test_the_generator_notices_a_hand_edit(tmp_path):
     edited = json.loads(NOTEBOOK.read_text())
-    edited["cells"][5]["source"] = edited["cells"][5]["source"].replace("0.7071067811865476", "0.7071", 1)
+    edited["cells"][5]["source"] = "".join(edited["cells"][5]["source"]).replace("0.7071067811865476", "0.7071", 1)
     copy = tmp_path / "chapter17.ipynb"
     copy.write_text(json.dumps(edited))
     assert build_notebook.main(["--check", "--output", str(copy)]) == 1
@@ -32,7 +32,7 @@ def test_the_generator_notices_a_hand_edit(tmp_path):
 
 def test_the_code_cells_are_the_scripts_verbatim():
     notebook = json.loads(NOTEBOOK.read_text())
-    code = "\n".join(cell["source"] for cell in notebook["cells"] if cell["cell_type"] == "code")
+    code = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code")
     script = (REPO / "04_standalone_complete.py").read_text()
     for name in ("def gelu_backward_kernel(", "class TritonGELU(", "def section_17_3("):
         start = script.index(name)
