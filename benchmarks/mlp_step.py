@@ -100,21 +100,24 @@ def parse_args(argv=None):
     return args
 
 
-class FunctionActivation(torch.nn.Module):
-    def __init__(self, apply):
+class OperatorActivation(torch.nn.Module):
+    def __init__(self, operator):
         super().__init__()
-        self.apply_activation = apply
+        self.operator = operator
 
     def forward(self, x):
-        return self.apply_activation(x)
+        return self.operator(x)
 
 
 def activation(name, extras):
     if name == "nn.GELU":
         return torch.nn.GELU(approximate="none")
     if name == "TritonGELU":
-        return FunctionActivation(extras["train_mlp"].TritonGELU.apply)
-    return FunctionActivation(extras["triton_op"].gelu)
+        # train_mlp.py's module, which calls TritonGELU.apply(x). (A module that kept the bound
+        # TritonGELU.apply as an attribute instead made torch.compile break the graph around it:
+        # "GetAttrVariable(AutogradFunctionVariable(), setup_context) has no type".)
+        return extras["train_mlp"].FunctionActivation(extras["train_mlp"].TritonGELU)
+    return OperatorActivation(extras["triton_op"].gelu)
 
 
 def mlp(blocks, d, name, extras):
