@@ -43,7 +43,7 @@ def test_activation_checkpointing_changes_nothing(fp32_nn_gelu):
 
 
 def test_bf16_autocast_is_no_farther_from_fp32_than_nn_gelu(fp32_nn_gelu):
-    # Measured: 2.96e-3 (TritonGELU) and 3.09e-3 (nn.GELU) on the CPU; 3.74e-3 both on an H200.
+    # The two drifts were within a few percent of each other wherever this ran; 25% is the margin.
     _, reference = fp32_nn_gelu
     _, bf16_torch = train_mlp.train("nn.GELU", bf16=True, **SHORT_RUN)
     _, bf16_triton = train_mlp.train("TritonGELU", bf16=True, **SHORT_RUN)

@@ -16,16 +16,8 @@ set -uo pipefail
 TEST_SUBSET=(tests/test_chapter_claims.py tests/test_against_pytorch.py tests/test_hardening.py tests/test_drift.py
   tests/test_interpret_switch.py tests/test_autograd_diagram.py)
 
-step() {
-  local name=$1 status
-  shift
-  printf '\n===== %s: %s\n' "$name" "$*"
-  local TIMEFORMAT="----- $name: %R s of wall time"
-  time "$@"
-  status=$?
-  printf -- '----- %s: exit %s\n' "$name" "$status"
-  [ "$status" -eq 0 ] || failures=$((failures + 1))
-}
+# shellcheck source=tools/steps.sh
+. "$(dirname "$0")/steps.sh"
 
 main() {
   local platform=() build_args=() tests=0

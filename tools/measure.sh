@@ -23,16 +23,8 @@ STEPS=(checker-cold checker-warm interpret-spellings pytest train-fp32 train-bf1
   bandwidth-blocks mlp-step mlp-explain)
 CPU_STEPS=(checker checker-one-core pytest train-defaults triton-op diagram diagram-overhead-cpu notebook)
 
-step() {
-  local name=$1 status
-  shift
-  printf '\n===== %s: %s\n' "$name" "$*"
-  local TIMEFORMAT="----- $name: %R s of wall time"
-  time "$@"
-  status=$?
-  printf -- '----- %s: exit %s\n' "$name" "$status"
-  [ "$status" -eq 0 ] || failures=$((failures + 1))
-}
+# shellcheck source=tools/steps.sh
+. "$(dirname "$0")/steps.sh"
 
 # Each spelling Triton reads as "on" must keep --require-gpu from passing (exit 2).
 interpret_spellings() {
