@@ -32,9 +32,10 @@ set -euo pipefail
 readonly ADDRESS_MASK='0x<address>'
 readonly STDERR_TAIL_LINES=25
 # Measured, four scripts at once (logs under benchmarks/results/, listed in docs/verified-with.md):
-#   CPU interpreter, two cores: about 6 s a script; one core (taskset -c 0): about 12 s
-#   H200, cold Triton cache: about 7.5 s a script, 12 s in all
-#   linux/arm64 container under qemu emulation on two x86 cores: 57 s a script
+#   CPU interpreter, two cores: 5.3 s in all; one core (taskset -c 0): 10.0 s (cpu_session.log)
+#   H200, cold Triton cache: 5.5 to 5.8 s a script, 9.3 s in all (h200_gpu_session.log)
+#   linux/arm64 container under qemu emulation on two x86 cores: 50 to 52 s a script
+#   (container_arm64.log)
 # 120 s is ten times the slowest native run and twice the emulated one, so it stops no
 # healthy run measured; the timeout message names the slow cases and --timeout.
 readonly DEFAULT_TIMEOUT_SECONDS=120
@@ -520,7 +521,7 @@ main() {
     printf 'note: no GPU was verified; the scripts did not run on a GPU. Use --require-gpu to insist on one.\n'
   fi
   if [ "$timed_out" -gt 0 ]; then
-    err "$timed_out script(s) timed out. If they are only slow here (the Triton interpreter on one slow core, or a container emulating another CPU, which took 57 s a script on two cores), allow more time: ./check_outputs.sh --timeout SECONDS (0 for no limit)"
+    err "$timed_out script(s) timed out. If they are only slow here (the Triton interpreter on one slow core, or a container emulating another CPU, which took 52 s a script on two cores), allow more time: ./check_outputs.sh --timeout SECONDS (0 for no limit)"
   fi
   if [ "$failed" -gt "$timed_out" ]; then
     err "see a script's whole output with: $PYTHON <script>. If its new output is right, record it with: ./check_outputs.sh --update <script>"
