@@ -127,11 +127,11 @@ def mlp(blocks, d, name, extras):
     return torch.nn.Sequential(*layers)
 
 
-def make_step(model, kind, dtype, mode, device):
+def make_step(model, kind, dtype, mode, device, tokens):
     """A function that runs one step: forward, backward and AdamW ("train"), or forward only."""
     forward = torch.compile(model) if mode == "compile" else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x = torch.randn(STATE["tokens"], model[0].normalized_shape[0], device=device,
+    x = torch.randn(tokens, model[0].normalized_shape[0], device=device,
                     generator=torch.Generator(device=device).manual_seed(0))
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
@@ -147,9 +147,6 @@ def make_step(model, kind, dtype, mode, device):
             forward(x)
 
     return train if kind == "train" else infer
-
-
-STATE = {}
 
 
 def clock_ms(step, device, repeats=5):
@@ -185,10 +182,10 @@ def count_kernels(step, device):
     return len(names), sorted({short_kernel_name(n) for n in names if gelu_kernel(n)})
 
 
-def measure(blocks, d, name, mode, dtype, kind, extras, device, profile):
+def measure(blocks, d, tokens, name, mode, dtype, kind, extras, device, profile):
     torch.manual_seed(0)
     model = mlp(blocks, d, name, extras).to(device)
-    step = make_step(model, kind, dtype, mode, device)
+    step = make_step(model, kind, dtype, mode, device, tokens)
     step()  # compiles (torch.compile, Triton), allocates optimizer state
     step()
     if device.type == "cuda":
@@ -212,11 +209,11 @@ def measure(blocks, d, name, mode, dtype, kind, extras, device, profile):
     return ms, peak, kernels, gelu_names
 
 
-def explain(blocks, d, name, dtype, extras, device):
+def explain(blocks, d, tokens, name, dtype, extras, device):
     """(graphs, graph breaks, their reasons) when torch.compile traces the model's forward and loss."""
     torch.manual_seed(0)
     model = mlp(blocks, d, name, extras).to(device)
-    x = torch.randn(STATE["tokens"], d, device=device, generator=torch.Generator(device=device).manual_seed(0))
+    x = torch.randn(tokens, d, device=device, generator=torch.Generator(device=device).manual_seed(0))
 
     def forward_loss(x):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
@@ -300,13 +297,12 @@ def main(argv=None):
     if "compile" in args.modes and device.type != "cuda":
         print("torch.compile needs a GPU here (the interpreter's kernels cannot be compiled)", file=sys.stderr)
         return 2
-    STATE["tokens"] = args.tokens
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton interpreter"
     if args.explain:
         for blocks, d in args.models:
             for dtype in args.dtypes:
                 for name in args.activations:
-                    graphs, breaks, reasons = explain(blocks, d, name, dtype, extras, device)
+                    graphs, breaks, reasons = explain(blocks, d, args.tokens, name, dtype, extras, device)
                     print(f"{blocks}x{d} {dtype} {name}: torch.compile traced {graphs} graph(s) with {breaks} "
                           f"graph break(s){': ' + ' | '.join(reasons) if reasons else ''}", flush=True)
         return 0
@@ -326,7 +322,7 @@ def main(argv=None):
                     for kind in args.steps:
                         base_ms = None
                         for name in ["nn.GELU"] + [a for a in args.activations if a != "nn.GELU"]:
-                            ms, peak, kernels, gelu_names = measure(blocks, d, name, mode, dtype, kind, extras, device,
+                            ms, peak, kernels, gelu_names = measure(blocks, d, args.tokens, name, mode, dtype, kind, extras, device,
                                                                     not args.no_profile)
                             base_ms = ms if name == "nn.GELU" else base_ms
                             row = dict(device=where, torch=torch.__version__, triton=triton.__version__, blocks=blocks,

@@ -190,6 +190,24 @@ def test_the_chapter_facts_hold_for_the_registered_operators():
 
 
 @requires_triton_op
+@pytest.mark.parametrize("version", ["triton_op", "autograd.Function"])
+def test_channels_last_input_gives_right_values_in_a_contiguous_output(version):
+    # What the README says: neither version keeps the input's memory format (nn.GELU does).
+    op = triton_op.gelu if version == "triton_op" else triton_op.TritonGELU.apply
+    x = seeded_randn(2, 3, 4, 5, seed=52).to(memory_format=torch.channels_last).requires_grad_(True)
+    grad_output = seeded_randn(2, 3, 4, 5, seed=53)
+    y = op(x)
+    y.backward(grad_output)
+    x_ref = x.detach().clone().requires_grad_(True)
+    reference = F.gelu(x_ref, approximate="none")
+    reference.backward(grad_output)
+    torch.testing.assert_close(y, reference.detach())
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    assert y.is_contiguous() and not y.is_contiguous(memory_format=torch.channels_last)
+    assert reference.is_contiguous(memory_format=torch.channels_last)
+
+
+@requires_triton_op
 def test_backward_calls_are_kept_only_inside_the_recording_block():
     # A log that grew on every call would keep one gradient a step alive in a training loop.
     x = seeded_randn(1025, seed=49).requires_grad_(True)

@@ -54,8 +54,8 @@ def top_level_blocks(path):
             name = node.name
         elif isinstance(node, ast.Assign):
             name = ast.unparse(node.targets[0])
-        elif isinstance(node, ast.If) and "DEVICE" in ast.unparse(node.test) + ast.unparse(node):
-            name = "backend" if "__main__" not in ast.unparse(node.test) else "main"
+        elif isinstance(node, ast.If) and "DEVICE" in ast.unparse(node):
+            name = "backend"
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             # Consecutive imports form one block, blank lines between them kept.
             name = "triton imports" if "backend" in blocks else "imports"

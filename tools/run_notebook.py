@@ -35,15 +35,13 @@ def main(argv=None):
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--output", type=Path, required=True, help="where the executed copy is written")
     parser.add_argument("--timeout", type=int, default=600, help="seconds a cell may take (default 600)")
-    parser.add_argument("--cwd", type=Path, default=None,
-                        help="the folder the kernel starts in (default: the output's folder)")
     args = parser.parse_args(argv)
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     notebook = nbformat.read(args.notebook, as_version=4)
-    cwd = args.cwd or args.output.resolve().parent
+    cwd = args.output.resolve().parent  # the kernel starts beside the executed copy
     cwd.mkdir(parents=True, exist_ok=True)
     client = NotebookClient(notebook, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
     started = time.perf_counter()
