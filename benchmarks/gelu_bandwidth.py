@@ -9,14 +9,14 @@ achieves on the same card.
 
 Cases, each timed with triton.testing.do_bench (median, L2 flushed between runs):
   copy             dst.copy_(x)                                   2 N bytes-per-element moved
-  triton forward   the script's gelu_forward_kernel launch        2 N
+  triton forward   the file's gelu_forward_kernel launch          2 N
   torch forward    torch.nn.functional.gelu                        2 N
-  triton backward  the script's gelu_backward_kernel launch       3 N
+  triton backward  the file's gelu_backward_kernel launch         3 N
   torch backward   torch.ops.aten.gelu_backward                   3 N
 
 Run on a CUDA GPU:
-  python benchmarks/gelu_bandwidth.py                    # 2**16 .. 2**30 elements, fp32 and bf16
-  python benchmarks/gelu_bandwidth.py --script OTHER.py  # time another copy of the kernels
+  python benchmarks/gelu_bandwidth.py                    # hardened_ops.py, 2**16 .. 2**30, fp32 and bf16
+  python benchmarks/gelu_bandwidth.py --script listings/04_standalone_complete.py --dtypes fp32 --label listing
 
 It prints a table and writes a CSV and a PNG plot (GB/s against size) to --out.
 """
@@ -37,8 +37,8 @@ TENSORS_MOVED = {"copy": 2, "triton forward": 2, "torch forward": 2, "triton bac
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--script", type=Path, default=REPO / "04_standalone_complete.py",
-                        help="the script whose kernels are timed (default: 04_standalone_complete.py)")
+    parser.add_argument("--script", type=Path, default=REPO / "hardened_ops.py",
+                        help="the file whose kernels are timed (default: hardened_ops.py)")
     parser.add_argument("--min-log2", type=int, default=16, help="smallest size, as a power of two (default 16)")
     parser.add_argument("--max-log2", type=int, default=30, help="largest size, as a power of two (default 30)")
     parser.add_argument("--dtypes", default="fp32,bf16", help=f"comma-separated, of {', '.join(DTYPES)} (default fp32,bf16)")
@@ -64,6 +64,10 @@ def load_kernels(script_path, block=None):
     spec = importlib.util.spec_from_file_location("benchmarked_script", script_path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    if hasattr(script, "launch_forward"):  # hardened_ops.py
+        return (lambda x: script.launch_forward(script.gelu_forward_kernel, x, BLOCK=block),
+                lambda g, x: script.launch_backward(script.gelu_backward_kernel, g, x, BLOCK=block))
+    block = block or 1024  # the listings' helpers take BLOCK=1024 as their default, not None
     if hasattr(script, "_launch"):  # 02 and 04
         return (lambda x: script._launch(script.gelu_forward_kernel, x, BLOCK=block),
                 lambda g, x: script._launch_bwd(script.gelu_backward_kernel, g, x, BLOCK=block))

@@ -116,7 +116,7 @@ def activation(name, extras):
         # train_mlp.py's module, which calls TritonGELU.apply(x). (A module that kept the bound
         # TritonGELU.apply as an attribute instead made torch.compile break the graph around it:
         # "GetAttrVariable(AutogradFunctionVariable(), setup_context) has no type".)
-        return extras["train_mlp"].FunctionActivation(extras["train_mlp"].TritonGELU)
+        return extras["train_mlp"].FunctionModule(extras["train_mlp"].TritonGELU)
     return OperatorActivation(extras["triton_op"].gelu)
 
 

@@ -38,226 +38,23 @@ Or on any loss of your own:
 ``record_backward`` runs the backward itself (as ``loss.backward()`` would, leaving
 the same ``.grad`` values) and removes every hook afterwards, on error too.
 
-Self-contained on purpose: its kernels and helpers are copies of
-04_standalone_complete.py's, and tests/test_drift.py keeps them identical. Its
-Functions are the chapter's without the chapter's call recording: the hooks see
-every call instead.
+The recorder and renderers hold no kernels: they work on any autograd graph. The
+chapter's graphs are built from ``hardened_ops.py``'s Functions, which are the
+chapter's without its call recording (the hooks see every call instead).
 """
 import argparse
-import contextlib
 import dataclasses
-import functools
 import math
-import os
 import statistics
 import sys
+import threading
 import time
+from pathlib import Path
 
 import torch
 
-# Added: choose where the kernels run before triton is imported and any kernel
-# is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET that the reader switched on is kept.
-# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
-# 1. Any of them is written back as 1, so that every release interprets.
-if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
-    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
-    DEVICE = torch.device("cpu")
-    print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
-elif torch.cuda.is_available():
-    DEVICE = torch.device("cuda", torch.cuda.current_device())
-    print(f"running on {torch.cuda.get_device_name(DEVICE)} ({'ROCm' if torch.version.hip else 'CUDA'})", file=sys.stderr)
-else:
-    os.environ["TRITON_INTERPRET"] = "1"
-    DEVICE = torch.device("cpu")
-    print("no CUDA GPU visible: running on the CPU through the Triton interpreter", file=sys.stderr)
-
-import triton  # noqa: E402  (after the backend choice above)
-import triton.language as tl  # noqa: E402
-
-
-# ---------------------------------------------------------------------------
-# The kernels and launch helpers, copied from 04_standalone_complete.py
-# ---------------------------------------------------------------------------
-
-@triton.jit
-def compute_dtype(v):
-    # Added: tl.math.erf takes only fp32 and fp64, so fp16 and bf16 values are
-    # computed in fp32; fp64 stays fp64. tl.store rounds back to the tensor's dtype.
-    if v.dtype != tl.float64:
-        v = v.to(tl.float32)
-    return v
-
-
-@triton.jit
-def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    out = x * cdf
-    tl.store(out_ptr + offsets, out, mask=mask)
-
-
-@triton.jit
-def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf  # d/dx[x * Phi(x)] = Phi(x) + x * phi(x)
-    grad_in = grad_out * d_gelu  # the chain rule: dL/dx = dL/dz * dz/dx
-    tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
-
-
-@triton.jit
-def gelu_backward_kernel_buggy_no_chain_rule(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf
-    tl.store(grad_in_ptr + offsets, d_gelu, mask=mask)  # BUG: never multiplied by grad_out
-
-
-@triton.jit
-def square_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    tl.store(out_ptr + offsets, x * x, mask=mask)
-
-
-@triton.jit
-def square_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
-    tl.store(grad_in_ptr + offsets, grad_out * 2.0 * x, mask=mask)  # d/dx[x^2] = 2x, times dL/dy
-
-
-# Added: the kernels read and write one flat, contiguous run of floats on one
-# device of DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else
-# would give silently wrong numbers, so it is refused here, or (for other strides)
-# copied once into a contiguous tensor.
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def kernel_operands(*tensors):
-    for t in tensors:
-        if t.dtype not in KERNEL_DTYPES:
-            raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
-        if t.device.type != DEVICE.type:
-            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
-                             f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
-        if t.device != tensors[0].device:
-            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
-        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
-            raise ValueError(f"the kernels need operands of one shape and dtype, got "
-                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
-    return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
-
-
-# Added: Triton launches on the current CUDA device, which refuses a tensor on another
-# GPU (cuda:1 while cuda:0 is current, as on every rank but 0 of a multi-GPU job whose
-# scripts were imported before it chose its device), so each launch is made with the
-# tensor's own device current.
-def device_of(t):
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
-
-
-# Added: the backward methods launch a kernel, so the gradients they return
-# carry no graph, and a double backward (create_graph=True, as in a gradient
-# penalty) would silently treat them as constants. torch's once_differentiable
-# only catches the case where grad_output requires grad, not where x does, so
-# the check is made here, on the grad mode that create_graph=True switches on.
-def no_double_backward(backward):
-    @functools.wraps(backward)
-    def backward_without_graph(ctx, *grad_outputs):
-        if torch.is_grad_enabled():
-            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
-                               "(create_graph=True) through the Triton kernels is not supported")
-        return backward(ctx, *grad_outputs)
-    return backward_without_graph
-
-
-def _launch(fwd_kernel, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    out = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        fwd_kernel[grid](x, out, n, BLOCK=BLOCK)
-    return out
-
-
-def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    grad_output, x = kernel_operands(grad_output, x)  # added: as in the forward
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    grad_input = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        bwd_kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
-    return grad_input
-
-
-# The chapter's Functions, without its call-recording lists: the hooks below see every call.
-class TritonGELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(gelu_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(gelu_backward_kernel, grad_output.contiguous(), x)
-
-
-class TritonGELUBuggy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(gelu_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(gelu_backward_kernel_buggy_no_chain_rule, grad_output.contiguous(), x)
-
-
-class TritonSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(square_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(square_backward_kernel, grad_output.contiguous(), x)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for hardened_ops
+from hardened_ops import BACKEND, DEVICE, TritonGELU, TritonGELUBuggy, TritonGELUModule, TritonSquare  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -272,65 +69,92 @@ def summarize(t):
     its values, a larger one as its shape and range; None as "None"."""
     if t is None:
         return "None"
-    shape, numbers = measure(t)
-    return describe(shape, read_all([(shape, numbers)])[0])
+    measured = measure(t)
+    return describe(measured, read_all([measured])[0])
+
+
+def distinct_elements(t):
+    """A view of t without its stride-0 (expanded) dimensions: the same values, none repeated.
+    After .sum(), a (8192, 1) gradient expanded to (8192, 8192) is read as its 8192 elements."""
+    index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None) for size, stride in zip(t.shape, t.stride()))
+    return t[index]
 
 
 def measure(t):
-    """(shape, numbers) for describe(): a copy of a small tensor's values, else its minimum and
-    maximum (equal when it is uniform), as tensors on t's device: the hooks make no GPU-to-CPU
-    round trip during the backward, and launch one kernel a gradient."""
-    flat = t.detach().flatten()
-    if flat.numel() <= SMALL:
-        return list(t.shape), (flat.clone(),)
-    return list(t.shape), tuple(torch.aminmax(flat))
+    """(shape, kind, numbers) for describe(): a copy of a small tensor's values, else its minimum
+    and maximum (equal when it is uniform), as tensors on t's device: the hooks make no
+    GPU-to-CPU round trip during the backward, and launch one kernel a gradient. kind is "" for
+    a dense real gradient; a sparse one (nn.Embedding(sparse=True)) is measured on its stored
+    values, and a complex one on its magnitudes, and each says so."""
+    t, kind, shape = t.detach(), "", list(t.shape)
+    if t.is_sparse:
+        t, kind = t.coalesce().values(), f"sparse, {t.coalesce().values().numel()} stored"
+    if t.is_complex():
+        t, kind = t.abs(), "complex, |g|" + (f"; {kind}" if kind else "")
+    flat = distinct_elements(t).reshape(-1) if t.numel() > SMALL else t.reshape(-1)
+    if t.numel() <= SMALL:
+        return shape, kind, (flat.clone(),)
+    if flat.numel() == 0:
+        return shape, kind, ()
+    return shape, kind, tuple(torch.aminmax(flat))
 
 
 def read_all(measured):
-    """Every measure()'s numbers as Python floats: one copy to the CPU for each dtype."""
-    pieces = [piece.reshape(-1) for _, numbers in measured for piece in numbers]
-    by_dtype = {}
+    """Every measure()'s numbers as Python floats: one copy to the CPU for each device and dtype
+    (gradients may sit on several GPUs, or on a GPU and the CPU)."""
+    pieces = [piece.reshape(-1) for _, _, numbers in measured for piece in numbers]
+    groups = {}
     for i, piece in enumerate(pieces):
-        by_dtype.setdefault(piece.dtype, []).append(i)
+        groups.setdefault((piece.device, piece.dtype), []).append(i)
     values = [None] * len(pieces)
-    for indices in by_dtype.values():
+    for indices in groups.values():
         flat = torch.cat([pieces[i] for i in indices]).double().cpu().tolist()
         offset = 0
         for i in indices:
             values[i] = flat[offset:offset + pieces[i].numel()]
             offset += pieces[i].numel()
     numbers, k = [], 0
-    for _, parts in measured:
+    for _, _, parts in measured:
         numbers.append([v for part in values[k:k + len(parts)] for v in part])
         k += len(parts)
     return numbers
 
 
-def describe(shape, numbers):
-    numbers = numbers.tolist() if isinstance(numbers, torch.Tensor) else list(numbers)
-    if math.prod(shape) <= SMALL:
+def describe(measured, numbers):
+    shape, kind, _ = measured
+    numbers = list(numbers)
+    prefix = f"({kind}) " if kind else ""
+    if math.prod(shape) <= SMALL or (not numbers and not kind):
         if not numbers:
-            return f"empty {shape}"
+            return f"{prefix}empty {shape}"
         if all(v == numbers[0] for v in numbers):
-            return f"{numbers[0]:g}"
-        return "[" + ", ".join(f"{v:.4f}" for v in numbers) + "]"
+            return f"{prefix}{numbers[0]:g}"
+        return prefix + "[" + ", ".join(f"{v:.4f}" for v in numbers) + "]"
+    if not numbers:
+        return f"({kind}) {shape}, none stored"
     low, high = numbers
-    if low == high:  # uniform
+    if low == high and not kind:  # uniform
         return f"{low:g}"
-    return f"{shape} in [{low:.3g}, {high:.3g}]"
+    return f"{prefix}{shape} in [{low:.3g}, {high:.3g}]"
 
 
 @dataclasses.dataclass(eq=False)
 class Node:
     """One autograd node, as the walk found it and as the backward ran it."""
+    # The fields that hold other nodes are left out of repr and comparison: each node reaches
+    # the whole graph through them, and printing them nested grows exponentially with depth.
     kind: str                 # node.name(), e.g. "TritonGELUBackward", "AccumulateGrad"
     leaf: str = ""            # for AccumulateGrad: the name of the tensor it writes .grad into
-    inputs: list = dataclasses.field(default_factory=list)     # per edge: (Node or None, output slot)
-    consumers: list = dataclasses.field(default_factory=list)  # (Node, edge) pairs that point here
+    name: str = ""            # the name given (names=) to the tensor this node's output is
+    constants: list = dataclasses.field(default_factory=list)  # per edge without a node: "x 2", "const"
+    inputs: list = dataclasses.field(default_factory=list, repr=False)     # per edge: (Node or None, slot)
+    consumers: list = dataclasses.field(default_factory=list, repr=False)  # (Node, edge) pairs that point here
     call: int = 0             # the engine's call number, from 1; 0 if it never ran
     received: list = dataclasses.field(default_factory=list)   # per output slot: a summary
     sent: list = dataclasses.field(default_factory=list)       # per edge: a summary
-    contributions: dict = dataclasses.field(default_factory=dict)  # slot: [(consumer, summary)]
+    contributions: dict = dataclasses.field(default_factory=dict, repr=False)  # slot: [(consumer, summary)]
+    changed_by_hook: list = dataclasses.field(default_factory=list)  # per slot: received != what was sent
+    accumulated: bool = False  # AccumulateGrad only: the leaf already held a .grad, which this added to
 
     @property
     def label(self):
@@ -347,7 +171,7 @@ class Node:
         return base or self.kind
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class BackwardRecording:
     """What record_backward saw: the nodes, in the order the walk from the loss found them."""
     title: str
@@ -358,11 +182,30 @@ class BackwardRecording:
     def called(self):
         return sorted((n for n in self.nodes if n.call), key=lambda n: n.call)
 
+    def __repr__(self):
+        return f"BackwardRecording({self.title!r}, {len(self.nodes)} nodes, {len(self.called())} called)"
+
+
+# An operand that needs no grad has no node; where the node saved it (as 2 * z saves the 2),
+# the drawing shows the operation with it: "x 2" rather than a bare "const".
+OPERATORS = {"Mul": "x", "Div": "/", "Add": "+", "Sub": "-"}
+
+
+def constant_text(fn, kind, edge):
+    op = OPERATORS.get(kind.split("Backward")[0])
+    saved = getattr(fn, "_saved_other" if edge == 1 else "_saved_self", None) if op else None
+    if isinstance(saved, torch.Tensor) and saved.numel() == 1 and not saved.is_complex():
+        return f"{op} {saved.item():g}"
+    if isinstance(saved, (int, float)) and not isinstance(saved, bool):
+        return f"{op} {saved:g}"
+    return f"{op} const" if op else "const"
+
 
 def walk(grad_fn, names):
     """Every node reachable from grad_fn through next_functions, each once (a node shared by
     several paths too), breadth first; and each Node's autograd object, for the hooks."""
-    leaf_names = {id(tensor): name for name, tensor in names.items()}
+    leaf_names = {id(tensor): name for name, tensor in names.items() if tensor.grad_fn is None}
+    value_names = {id(tensor.grad_fn): name for name, tensor in names.items() if tensor.grad_fn is not None}
     nodes, functions, found = [], {}, {}
 
     def node_for(fn):
@@ -372,7 +215,7 @@ def walk(grad_fn, names):
             if kind == "AccumulateGrad":
                 unnamed = sum(1 for n in nodes if n.leaf.startswith("leaf "))
                 leaf = leaf_names.get(id(fn.variable), f"leaf {unnamed + 1}")
-            found[fn] = Node(kind, leaf)
+            found[fn] = Node(kind, leaf, value_names.get(id(fn), ""))
             nodes.append(found[fn])
             functions[found[fn]] = fn
             pending.append(fn)
@@ -386,6 +229,7 @@ def walk(grad_fn, names):
         for edge, (child, slot) in enumerate(fn.next_functions):
             child_node = None if child is None else node_for(child)
             node.inputs.append((child_node, slot))
+            node.constants.append(constant_text(fn, node.kind, edge) if child is None else "")
             if child_node is not None:
                 child_node.consumers.append((node, edge))
     return nodes, root, functions
@@ -395,9 +239,12 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
     """Runs loss.backward(gradient) with a hook on every node, and returns what each node
     received and sent, in the order the engine called them.
 
-    names: {"x": x, "weight": w, ...}, the leaves to name (else "leaf 1", "leaf 2", ...).
+    names: {"x": x, "weight": w, "z": z, ...}: leaves to name (else "leaf 1", "leaf 2", ...),
+    and intermediate tensors, whose values the drawing then calls by that name.
     The hooks are removed afterwards, on error too; the .grad values are those of a plain
-    backward.
+    backward. Where a tensor hook (z.register_hook) changed a gradient between the node that
+    sent it and the node that received it, the recording says so; where a leaf's .grad already
+    held a gradient (a second backward), it says that the new one was added to it.
     """
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"record_backward needs a tensor, not {type(loss).__name__}")
@@ -408,29 +255,49 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
         raise ValueError(f"record_backward: the loss has {loss.numel()} elements; as with loss.backward(gradient), "
                          f"pass gradient=, a tensor of its shape {list(loss.shape)}")
     nodes, root, functions = walk(loss.grad_fn, names or {})
+    for node in nodes:
+        if node.leaf:
+            node.accumulated = functions[node].variable.grad is not None
+    lock = threading.Lock()  # the engine may run hooks on several threads (one per device) at once
     calls = iter(range(1, len(nodes) + 1))
-    measured = []  # (shape, numbers on the device): each gradient the hooks saw, read at the end
-    sent_as = {}  # (id of the receiving Node, slot): the last tensor sent there, as signature() gives it
+    measured = []  # (shape, kind, numbers on the device): each gradient the hooks saw, read at the end
+    in_flight = {}  # (id of the receiving Node, slot): what was sent there and not yet received (a sum, if several)
 
-    def signature(g):  # the same storage, dtype and shape: the same tensor, alive in the engine
-        return g.data_ptr(), g.dtype, tuple(g.shape)
+    def same_tensor(a, b):  # the very tensor that was sent, alive in the engine
+        return a is b or (a.data_ptr(), a.dtype, a.shape, a.stride()) == (b.data_ptr(), b.dtype, b.shape, b.stride())
 
     def keep(grad):
         if grad is None:
             return None
-        measured.append(measure(grad))
-        return len(measured) - 1
+        measurement = measure(grad)
+        with lock:
+            measured.append(measurement)
+            return len(measured) - 1
+
+    def mismatch(received, sent):
+        """Index of a measurement whose (largest difference, largest magnitude) tells whether a
+        hook changed the gradient on its way; None where the two cannot be compared."""
+        if received.is_sparse or sent.is_sparse or received.shape != sent.shape or received.numel() == 0:
+            return None
+        sent = sent.to(received.dtype)
+        return keep(torch.stack([(received - sent).abs().max(), sent.abs().max()]).real.float())
 
     def on_receive(node):
         def hook(grad_outputs):
-            node.call = next(calls)
+            with lock:
+                node.call = next(calls)
             # From a single sender, the grad_output is usually the very tensor it sent, measured
-            # already; a sum of several, a cast one, or the loss's seed is measured here.
-            node.received = []
+            # already; a sum of several, a changed one, or the loss's seed is measured here.
+            node.received, node.changed_by_hook = [], []
             for slot, g in enumerate(grad_outputs):
                 senders = node.contributions.get(slot, [])
-                same = len(senders) == 1 and g is not None and sent_as.get((id(node), slot)) == signature(g)
-                node.received.append(senders[0][1] if same else keep(g))
+                sent = in_flight.pop((id(node), slot), None)
+                if len(senders) == 1 and g is not None and sent is not None and same_tensor(g, sent):
+                    node.received.append(senders[0][1])
+                    node.changed_by_hook.append(None)
+                    continue
+                node.received.append(keep(g))
+                node.changed_by_hook.append(mismatch(g, sent) if g is not None and sent is not None else None)
         return hook
 
     def on_send(node):
@@ -438,9 +305,12 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
             node.sent = [keep(g) for g in grad_inputs]
             for (child, slot), value, g in zip(node.inputs, node.sent, grad_inputs):
                 if child is not None:
-                    child.contributions.setdefault(slot, []).append((node, value))
-                    if g is not None:
-                        sent_as[(id(child), slot)] = signature(g)
+                    key = (id(child), slot)
+                    with lock:
+                        child.contributions.setdefault(slot, []).append((node, value))
+                        if g is not None and not g.is_sparse:
+                            earlier = in_flight.get(key)
+                            in_flight[key] = g if earlier is None else earlier + g
         return hook
 
     handles = []
@@ -454,10 +324,20 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
     finally:
         for handle in handles:
             handle.remove()
+        in_flight.clear()
     # Every number the hooks kept, read at once; then each index becomes its summary.
-    texts = [describe(shape, numbers) for (shape, _), numbers in zip(measured, read_all(measured))]
+    numbers = read_all(measured)
+    texts = [describe(m, n) for m, n in zip(measured, numbers)]
     text = lambda index: "None" if index is None else texts[index]  # noqa: E731
+
+    def changed(index):
+        if index is None:
+            return False
+        difference, magnitude = numbers[index]
+        return difference > 1e-5 * magnitude + 1e-12  # a sum taken in another order differs in rounding only
+
     for node in nodes:
+        node.changed_by_hook = [changed(i) for i in node.changed_by_hook]
         node.received = [text(i) for i in node.received]
         node.sent = [text(i) for i in node.sent]
         node.contributions = {slot: [(sender, text(i)) for sender, i in pairs]
@@ -470,19 +350,32 @@ def record_backward(loss, gradient=None, *, names=None, retain_graph=False, titl
 # ---------------------------------------------------------------------------
 
 def received_text(node):
-    """What a node received: with several contributions to one slot, each and their sum."""
+    """What a node received: with several contributions to one slot, each and their sum; and
+    where a tensor hook changed it on the way, what was sent and that a hook changed it."""
     parts = []
     for slot, value in enumerate(node.received):
         contributions = node.contributions.get(slot, [])
+        hooked = slot < len(node.changed_by_hook) and node.changed_by_hook[slot]
         text = value
         if len(contributions) > 1:
-            text = " + ".join(v for _, v in contributions) + f" = {value}"
+            text = " + ".join(v for _, v in contributions) + (" then a hook made it " if hooked else " = ") + value
+        elif hooked:
+            text = f"{value} (sent {contributions[0][1]}; a tensor hook changed it)"
         parts.append(text if len(node.received) == 1 else f"[{slot}] {text}")
     return "; ".join(parts) or "nothing"
 
 
+def leaf_text(node):
+    """What an AccumulateGrad node did with what it received."""
+    if node.accumulated:
+        return f"added to {node.leaf}.grad, which already held a gradient"
+    return f"writes {node.leaf}.grad"
+
+
 def drawn(recording, max_nodes):
     """The nodes to draw: all, or the first max_nodes the engine called; and a note on the rest."""
+    if not isinstance(max_nodes, int) or max_nodes < 1:
+        raise ValueError(f"max_nodes must be a whole number of at least 1 (the loss's own node), not {max_nodes!r}")
     order = recording.called() + [n for n in recording.nodes if not n.call]
     shown = order[:max_nodes]
     left = order[max_nodes:]
@@ -524,7 +417,8 @@ def forward_chains(recording, shown):
 def value_names(recording, chains):
     """Names for the values the chains pass between them: leaves by name, the loss, (1), (2), ..."""
     names = {n: n.leaf for n in recording.nodes if n.leaf}
-    names[recording.root] = "loss"
+    names |= {n: n.name for n in recording.nodes if n.name}
+    names.setdefault(recording.root, "loss")
     for chain in chains:
         last = chain[-1]
         if last not in names:
@@ -532,16 +426,22 @@ def value_names(recording, chains):
     return names
 
 
+def operation(node):
+    """A node's forward operation with its constant operands: "Mul, x 2", "Add, + const"."""
+    return ", ".join([node.op] + [c for c in node.constants if c])
+
+
 def render_ascii(recording, max_nodes=40):
     shown, note = drawn(recording, max_nodes)
     chains = forward_chains(recording, shown)
     names = value_names(recording, chains)
     lines = [recording.title] if recording.title else []
-    lines.append("FORWARD, left to right (each operation named after its grad_fn; const: an input that needs no grad):")
+    lines.append("FORWARD, left to right (each operation named after its grad_fn, with any operand that needs no grad):")
     for chain in chains:
-        inputs = [("const" if child is None else names.get(child, "...")) for child, _ in chain[0].inputs]
-        head = ", ".join(i for i in inputs if i != "const") or "const"
-        links = "".join(f" --[{n.op}{', const' * sum(1 for c, _ in n.inputs if c is None)}]-->" for n in chain)
+        inputs = [names.get(child, "...") for child, _ in chain[0].inputs if child is not None]
+        head = ", ".join(inputs) or "const"
+        links = "".join(f" --[{operation(n)}]-->" + (f" {names[n]}" if n in names and n is not chain[-1] else "")
+                        for n in chain)
         lines.append(f"  {head}{links} {names.get(chain[-1], '...')}")
     lines.append("BACKWARD, in the order the engine called each node (the loss's grad_output: "
                  f"{recording.seed}):")
@@ -551,45 +451,53 @@ def render_ascii(recording, max_nodes=40):
             lines.append(f"  {node.ref:<{width}}  never called")
             continue
         if node.leaf:
-            sends = f"writes {node.leaf}.grad"
+            sends = leaf_text(node)
         else:
             sends = "sends " + ", ".join(
-                f"{value} to {'const' if child is None else child.ref}"
-                for (child, _), value in zip(node.inputs, node.sent)) if node.inputs else "sends nothing"
+                f"{value} to {constant if child is None else child.ref}"
+                for (child, _), constant, value in zip(node.inputs, node.constants, node.sent)) \
+                if node.inputs else "sends nothing"
         lines.append(f"  {node.ref:<{width}}  received {received_text(node)}; {sends}")
     if note:
         lines.append(f"  ... {note}")
     return "\n".join(lines) + "\n"
 
 
+GRAPH_LEGEND = "The arrows point the way the gradient moves, from the loss back to the leaves; each is labelled with the gradient sent along it."
+
+
 def _graph_elements(recording, max_nodes):
-    """Boxes and arrows for the Mermaid and DOT renderers. The arrows point forward, as the
-    values flowed; each is labelled with the gradient the backward sent back along it."""
+    """Boxes and arrows for the Mermaid and DOT renderers. Each arrow goes from the node that
+    sent a gradient to the node that received it, the way the backward moves, labelled with
+    that gradient; a constant operand hangs off its operation by a dotted line."""
     shown, note = drawn(recording, max_nodes)
     ids = {node: f"n{i}" for i, node in enumerate(shown)}
     boxes, arrows, constants = [], [], 0
     for node in shown:
         if node.leaf:
-            text = f"{node.leaf}<br/>#{node.call} AccumulateGrad<br/>.grad = {node.received[0] if node.received else '?'}"
+            grad = node.received[0] if node.received else "?"
+            text = (f"{node.leaf}<br/>#{node.call} AccumulateGrad<br/>"
+                    + (f".grad += {grad}" if node.accumulated else f".grad = {grad}"))
         else:
-            text = f"#{node.call} {node.kind}<br/>received {received_text(node)}"
+            value = f" ({node.name})" if node.name else ""
+            text = f"#{node.call} {node.kind}{value}<br/>received {received_text(node)}"
         boxes.append((ids[node], text, bool(node.leaf)))
-        for (child, _), value in zip(node.inputs, node.sent or ["?"] * len(node.inputs)):
+        for (child, _), constant, value in zip(node.inputs, node.constants, node.sent or ["?"] * len(node.inputs)):
             if child is None:
                 constants += 1
-                boxes.append((f"c{constants}", "const", None))
-                arrows.append((f"c{constants}", ids[node], "", True))
+                boxes.append((f"c{constants}", constant, None))
+                arrows.append((ids[node], f"c{constants}", "", True))
             elif child in ids:
-                arrows.append((ids[child], ids[node], f"grad {value}", False))
+                arrows.append((ids[node], ids[child], f"grad {value}", False))
     boxes.append(("loss", "loss", True))
-    arrows.append((ids[recording.root], "loss", f"grad {recording.seed}", False))
+    arrows.insert(0, ("loss", ids[recording.root], f"grad {recording.seed}", False))
     return boxes, arrows, note
 
 
 def render_mermaid(recording, max_nodes=40):
     boxes, arrows, note = _graph_elements(recording, max_nodes)
     quote = lambda text: text.replace('"', "#quot;")  # noqa: E731
-    lines = ["flowchart LR"]
+    lines = ["flowchart RL", f"  %% {GRAPH_LEGEND}"]  # the loss on the right, the leaves on the left
     if recording.title:
         lines.insert(0, f"%% {recording.title}")
     for box, text, round_box in boxes:
@@ -598,7 +506,7 @@ def render_mermaid(recording, max_nodes=40):
         else:
             lines.append(f'  {box}{"([" if round_box else "["}"{quote(text)}"{"])" if round_box else "]"}')
     for source, target, label, dotted in arrows:
-        arrow = "-.->" if dotted else "-->"
+        arrow = "-.-" if dotted else "-->"
         lines.append(f'  {source} {arrow}{f"|{chr(34)}{quote(label)}{chr(34)}|" if label else ""} {target}')
     if note:
         lines.append(f"  %% {note}")
@@ -608,16 +516,16 @@ def render_mermaid(recording, max_nodes=40):
 def render_dot(recording, max_nodes=40):
     boxes, arrows, note = _graph_elements(recording, max_nodes)
     escape = lambda text: text.replace("\\", "\\\\").replace('"', '\\"').replace("<br/>", "\\n")  # noqa: E731
-    lines = ["digraph backward {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
-    if recording.title:
-        lines.insert(1, f'  label="{escape(recording.title)}"; labelloc=t;')
+    lines = ["digraph backward {", "  rankdir=RL;", '  node [shape=box, fontname="monospace"];']
+    title = f"{recording.title}\\n" if recording.title else ""
+    lines.insert(1, f'  label="{escape(title)}{escape(GRAPH_LEGEND)}"; labelloc=t;')
     for box, text, round_box in boxes:
         shape = ", shape=plaintext" if round_box is None else ", shape=ellipse" if round_box else ""
         lines.append(f'  {box} [label="{escape(text)}"{shape}];')
     for source, target, label, dotted in arrows:
         attributes = [f'label="{escape(label)}"'] if label else []
         if dotted:
-            attributes.append("style=dashed")
+            attributes += ["style=dotted", "arrowhead=none"]
         lines.append(f"  {source} -> {target} [{', '.join(attributes)}];")
     if note:
         lines.append(f"  // {note}")
@@ -638,27 +546,28 @@ def chapter_recordings():
     torch.manual_seed(3)
     x = torch.randn(6).to(DEVICE).requires_grad_(True)
     z = TritonGELU.apply(x)
-    recordings.append(record_backward((2 * z + 1).sum(), names={"x": x},
+    recordings.append(record_backward((2 * z + 1).sum(), names={"x": x, "z": z},
                                       title="17.1  loss = (2 * TritonGELU(x) + 1).sum()"))
     x_buggy = x.detach().clone().requires_grad_(True)
     z = TritonGELUBuggy.apply(x_buggy)
-    recordings.append(record_backward((2 * z + 1).sum(), names={"x": x_buggy},
+    recordings.append(record_backward((2 * z + 1).sum(), names={"x": x_buggy, "z": z},
                                       title="17.1.2  the same chain through TritonGELUBuggy"))
 
     torch.manual_seed(4)
     x = torch.randn(4).to(DEVICE).requires_grad_(True)
-    y = TritonSquare.apply(TritonGELU.apply(x))
-    recordings.append(record_backward(y.sum(), names={"x": x},
+    z = TritonGELU.apply(x)
+    y = TritonSquare.apply(z)
+    recordings.append(record_backward(y.sum(), names={"x": x, "z": z, "y": y},
                                       title="17.2  loss = TritonSquare(TritonGELU(x)).sum()"))
 
     torch.manual_seed(5)
     x = torch.randn(4).to(DEVICE).requires_grad_(True)
     z = TritonGELU.apply(x)
-    recordings.append(record_backward(z.sum() + z.sum(), names={"x": x},
+    recordings.append(record_backward(z.sum() + z.sum(), names={"x": x, "z": z},
                                       title="17.3.1  loss = z.sum() + z.sum(),  z = TritonGELU(x)"))
     x = x.detach().clone().requires_grad_(True)
     z = TritonGELU.apply(x)
-    recordings.append(record_backward((2 * z).sum() + (3 * z).sum(), names={"x": x},
+    recordings.append(record_backward((2 * z).sum() + (3 * z).sum(), names={"x": x, "z": z},
                                       title="17.3.2  loss = (2 * z).sum() + (3 * z).sum(),  z = TritonGELU(x)"))
     return recordings
 
@@ -666,11 +575,6 @@ def chapter_recordings():
 # ---------------------------------------------------------------------------
 # Scale: extras/train_mlp.py's block (LayerNorm, Linear, GELU, Linear), alone and 12 deep
 # ---------------------------------------------------------------------------
-
-class TritonGELUModule(torch.nn.Module):
-    def forward(self, x):
-        return TritonGELU.apply(x)
-
 
 def mlp_stack(blocks, width=256, hidden=1024):
     layers = []
@@ -725,6 +629,7 @@ def measure_overhead(blocks=12, batch=256, repeats=7):
 
 
 def main(argv=None):
+    print(BACKEND, file=sys.stderr)
     parser = argparse.ArgumentParser(description="Draw the chapter's autograd graphs from the live objects.")
     parser.add_argument("--format", choices=sorted(RENDERERS), default="ascii", help="default: %(default)s")
     parser.add_argument("--scale", action="store_true", help="draw an MLP block and a 12-block stack instead")

@@ -25,209 +25,27 @@ found by nothing more than training.
 Run it with ``python extras/train_mlp.py`` (options: ``--help``), on a CUDA GPU or
 on the CPU through Triton's interpreter. ``--compile`` needs a GPU.
 
-Self-contained on purpose: its kernels and helpers are copies of
-04_standalone_complete.py's, and tests/test_drift.py keeps them identical.
+The kernels and Functions come from ``hardened_ops.py``, the repository's one
+hardened copy of the chapter's op.
 """
 import argparse
-import contextlib
-import functools
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-# Added: choose where the kernels run before triton is imported and any kernel
-# is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET that the reader switched on is kept.
-# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
-# 1. Any of them is written back as 1, so that every release interprets.
-if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
-    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
-    DEVICE = torch.device("cpu")
-    print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
-elif torch.cuda.is_available():
-    DEVICE = torch.device("cuda", torch.cuda.current_device())
-    print(f"running on {torch.cuda.get_device_name(DEVICE)} ({'ROCm' if torch.version.hip else 'CUDA'})", file=sys.stderr)
-else:
-    os.environ["TRITON_INTERPRET"] = "1"
-    DEVICE = torch.device("cpu")
-    print("no CUDA GPU visible: running on the CPU through the Triton interpreter", file=sys.stderr)
-
-import triton  # noqa: E402  (after the backend choice above)
-import triton.language as tl  # noqa: E402
-
-
-
-# ---------------------------------------------------------------------------
-# The kernels and launch helpers, copied from 04_standalone_complete.py
-# ---------------------------------------------------------------------------
-
-@triton.jit
-def compute_dtype(v):
-    # Added: tl.math.erf takes only fp32 and fp64, so fp16 and bf16 values are
-    # computed in fp32; fp64 stays fp64. tl.store rounds back to the tensor's dtype.
-    if v.dtype != tl.float64:
-        v = v.to(tl.float32)
-    return v
-
-
-@triton.jit
-def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    out = x * cdf
-    tl.store(out_ptr + offsets, out, mask=mask)
-
-
-@triton.jit
-def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf  # d/dx[x * Phi(x)] = Phi(x) + x * phi(x)
-    grad_in = grad_out * d_gelu  # the chain rule: dL/dx = dL/dz * dz/dx
-    tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
-
-
-@triton.jit
-def gelu_backward_kernel_buggy_no_chain_rule(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf
-    tl.store(grad_in_ptr + offsets, d_gelu, mask=mask)  # BUG: never multiplied by grad_out
-
-
-
-# Added: the kernels read and write one flat, contiguous run of floats on one
-# device of DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else
-# would give silently wrong numbers, so it is refused here, or (for other strides)
-# copied once into a contiguous tensor.
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-
-def kernel_operands(*tensors):
-    for t in tensors:
-        if t.dtype not in KERNEL_DTYPES:
-            raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
-        if t.device.type != DEVICE.type:
-            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
-                             f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
-        if t.device != tensors[0].device:
-            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
-        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
-            raise ValueError(f"the kernels need operands of one shape and dtype, got "
-                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
-    return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
-
-
-# Added: Triton launches on the current CUDA device, which refuses a tensor on another
-# GPU (cuda:1 while cuda:0 is current, as on every rank but 0 of a multi-GPU job whose
-# scripts were imported before it chose its device), so each launch is made with the
-# tensor's own device current.
-def device_of(t):
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
-
-
-# Added: the backward methods launch a kernel, so the gradients they return
-# carry no graph, and a double backward (create_graph=True, as in a gradient
-# penalty) would silently treat them as constants. torch's once_differentiable
-# only catches the case where grad_output requires grad, not where x does, so
-# the check is made here, on the grad mode that create_graph=True switches on.
-def no_double_backward(backward):
-    @functools.wraps(backward)
-    def backward_without_graph(ctx, *grad_outputs):
-        if torch.is_grad_enabled():
-            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
-                               "(create_graph=True) through the Triton kernels is not supported")
-        return backward(ctx, *grad_outputs)
-    return backward_without_graph
-
-
-def _launch(fwd_kernel, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    out = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        fwd_kernel[grid](x, out, n, BLOCK=BLOCK)
-    return out
-
-
-def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    grad_output, x = kernel_operands(grad_output, x)  # added: as in the forward
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    grad_input = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        bwd_kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
-    return grad_input
-
-
-class TritonGELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(gelu_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(gelu_backward_kernel, grad_output.contiguous(), x)
-
-
-class TritonGELUBuggy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(gelu_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(gelu_backward_kernel_buggy_no_chain_rule, grad_output.contiguous(), x)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for hardened_ops
+from hardened_ops import BACKEND, DEVICE, FunctionModule, TritonGELU, TritonGELUBuggy  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
 # The model: one MLP block whose activation is chosen by name
 # ---------------------------------------------------------------------------
 
-class FunctionActivation(torch.nn.Module):
-    def __init__(self, function):
-        super().__init__()
-        self.function = function
-
-    def forward(self, x):
-        return self.function.apply(x)
-
-
 ACTIVATIONS = {
     "nn.GELU": lambda: torch.nn.GELU(approximate="none"),
-    "TritonGELU": lambda: FunctionActivation(TritonGELU),
-    "TritonGELUBuggy": lambda: FunctionActivation(TritonGELUBuggy),
+    "TritonGELU": lambda: FunctionModule(TritonGELU),
+    "TritonGELUBuggy": lambda: FunctionModule(TritonGELUBuggy),
 }
 WIDTH, HIDDEN = 256, 1024
 
@@ -311,6 +129,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch < 1:
         parser.error("--steps and --batch must be at least 1")
+    print(BACKEND, file=sys.stderr)
     if args.compile and DEVICE.type != "cuda":
         parser.error("--compile needs a GPU: torch.compile cannot compile the Triton interpreter's kernels")
 

@@ -32,13 +32,13 @@ newer), and shows that:
 Run it with ``python extras/triton_op.py``: on a CUDA GPU, or on the CPU through
 Triton's interpreter, where the parts that need a GPU say so on stderr.
 
-Self-contained on purpose: its kernels and helpers are copies of
-04_standalone_complete.py's, and tests/test_drift.py keeps them identical.
+The kernels, launch helpers and the side-effect-free ``TritonGELU`` come from
+``hardened_ops.py``, the repository's one hardened copy of the chapter's op.
 """
 import contextlib
-import functools
-import os
 import sys
+import threading
+from pathlib import Path
 
 import torch
 
@@ -46,170 +46,13 @@ if not hasattr(torch.library, "triton_op"):
     sys.exit(f"extras/triton_op.py needs torch 2.6 or newer, which brought torch.library.triton_op; "
              f"this is torch {torch.__version__}")
 
-# Added: choose where the kernels run before triton is imported and any kernel
-# is defined. The interpreter is switched on through the environment, so this
-# must come first; a TRITON_INTERPRET that the reader switched on is kept.
-# Triton 3.7 reads 1, true, yes, y and on, in any case, as on; older releases only
-# 1. Any of them is written back as 1, so that every release interprets.
-if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on"):  # changed: not "1" alone
-    os.environ["TRITON_INTERPRET"] = "1"  # changed: the one spelling every Triton release reads as on
-    DEVICE = torch.device("cpu")
-    print("TRITON_INTERPRET=1: running on the CPU through the Triton interpreter", file=sys.stderr)
-elif torch.cuda.is_available():
-    DEVICE = torch.device("cuda", torch.cuda.current_device())
-    print(f"running on {torch.cuda.get_device_name(DEVICE)} ({'ROCm' if torch.version.hip else 'CUDA'})", file=sys.stderr)
-else:
-    os.environ["TRITON_INTERPRET"] = "1"
-    DEVICE = torch.device("cpu")
-    print("no CUDA GPU visible: running on the CPU through the Triton interpreter", file=sys.stderr)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for hardened_ops
+from hardened_ops import (  # noqa: E402  (picks the backend before triton is imported)
+    BACKEND, DEVICE, TritonGELU, gelu_backward_kernel, gelu_forward_kernel, launch_backward, launch_forward,
+    square_backward_kernel, square_forward_kernel)
 
-import triton  # noqa: E402  (after the backend choice above)
-import triton.language as tl  # noqa: E402
+import triton  # noqa: E402
 from torch.library import triton_op, wrap_triton  # noqa: E402
-
-
-
-# ---------------------------------------------------------------------------
-# The kernels and launch helpers, copied from 04_standalone_complete.py
-# ---------------------------------------------------------------------------
-
-@triton.jit
-def compute_dtype(v):
-    # Added: tl.math.erf takes only fp32 and fp64, so fp16 and bf16 values are
-    # computed in fp32; fp64 stays fp64. tl.store rounds back to the tensor's dtype.
-    if v.dtype != tl.float64:
-        v = v.to(tl.float32)
-    return v
-
-
-@triton.jit
-def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    out = x * cdf
-    tl.store(out_ptr + offsets, out, mask=mask)
-
-
-@triton.jit
-def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
-    SQRT_2_INV: tl.constexpr = 0.7071067811865476
-    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
-    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
-    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
-    d_gelu = cdf + x * pdf  # d/dx[x * Phi(x)] = Phi(x) + x * phi(x)
-    grad_in = grad_out * d_gelu  # the chain rule: dL/dx = dL/dz * dz/dx
-    tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
-
-
-@triton.jit
-def square_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    tl.store(out_ptr + offsets, x * x, mask=mask)
-
-
-@triton.jit
-def square_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # changed: int64, or pid * BLOCK wraps past 2**31 elements
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # changed: fp16/bf16 in fp32
-    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))  # changed: as x
-    tl.store(grad_in_ptr + offsets, grad_out * 2.0 * x, mask=mask)  # d/dx[x^2] = 2x, times dL/dy
-
-
-# Added: the kernels read and write one flat, contiguous run of floats on one
-# device of DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else
-# would give silently wrong numbers, so it is refused here, or (for other strides)
-# copied once into a contiguous tensor.
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def kernel_operands(*tensors):
-    for t in tensors:
-        if t.dtype not in KERNEL_DTYPES:
-            raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
-        if t.device.type != DEVICE.type:
-            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
-                             f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
-        if t.device != tensors[0].device:
-            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
-        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
-            raise ValueError(f"the kernels need operands of one shape and dtype, got "
-                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
-    return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
-
-
-# Added: Triton launches on the current CUDA device, which refuses a tensor on another
-# GPU (cuda:1 while cuda:0 is current, as on every rank but 0 of a multi-GPU job whose
-# scripts were imported before it chose its device), so each launch is made with the
-# tensor's own device current.
-def device_of(t):
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
-
-
-# Added: the backward methods launch a kernel, so the gradients they return
-# carry no graph, and a double backward (create_graph=True, as in a gradient
-# penalty) would silently treat them as constants. torch's once_differentiable
-# only catches the case where grad_output requires grad, not where x does, so
-# the check is made here, on the grad mode that create_graph=True switches on.
-def no_double_backward(backward):
-    @functools.wraps(backward)
-    def backward_without_graph(ctx, *grad_outputs):
-        if torch.is_grad_enabled():
-            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
-                               "(create_graph=True) through the Triton kernels is not supported")
-        return backward(ctx, *grad_outputs)
-    return backward_without_graph
-
-
-def _launch(fwd_kernel, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    x, = kernel_operands(x)  # added: dtype and device checked, any strides made contiguous
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    out = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        fwd_kernel[grid](x, out, n, BLOCK=BLOCK)
-    return out
-
-
-def _launch_bwd(bwd_kernel, grad_output, x, BLOCK=None):  # changed: BLOCK=1024, see below
-    grad_output, x = kernel_operands(grad_output, x)  # added: as in the forward
-    BLOCK = BLOCK or 4096 // x.element_size()  # added: 4 KiB a program; fp32 keeps 1024, bf16 gets 2048
-    grad_input = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    with device_of(x):  # added: launch on x's own GPU, any cuda:N
-        bwd_kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
-    return grad_input
-
-
-# The chapter's pattern, without the chapter's instrumentation (as in train_mlp.py):
-# torch.compile(fullgraph=True) compiles this Function, as it compiles the operators.
-class TritonGELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = _launch(gelu_forward_kernel, x)
-        ctx.save_for_backward(x)
-        return out
-
-    @staticmethod
-    @no_double_backward
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return _launch_bwd(gelu_backward_kernel, grad_output.contiguous(), x)
 
 
 # 04_standalone_complete.py's TritonGELU records each call in module-level lists. That
@@ -230,8 +73,8 @@ class TritonGELURecordingCalls(TritonGELU):
 # ---------------------------------------------------------------------------
 # The same kernels as operators. triton_op infers the schema from the type hints;
 # wrap_triton makes each launch visible to torch.compile. The body must not touch
-# anything outside its arguments: the compiler traces it. The launch helpers above
-# are the chapter's, so BLOCK, grid and operand checks are the same everywhere.
+# anything outside its arguments: the compiler traces it. The launch helpers are
+# hardened_ops.py's, so BLOCK, grid and operand checks are the same everywhere.
 # ---------------------------------------------------------------------------
 
 def traceable(kernel):
@@ -245,45 +88,55 @@ def traceable(kernel):
 
 @triton_op("chapter17::gelu", mutates_args=())
 def gelu(x: torch.Tensor) -> torch.Tensor:
-    return _launch(traceable(gelu_forward_kernel), x)
+    return launch_forward(traceable(gelu_forward_kernel), x)
 
 
 @triton_op("chapter17::gelu_backward", mutates_args=())
 def gelu_backward(grad_output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _launch_bwd(traceable(gelu_backward_kernel), grad_output, x)  # grad_output * (Phi(x) + x * phi(x))
+    return launch_backward(traceable(gelu_backward_kernel), grad_output, x)  # grad_output * (Phi(x) + x * phi(x))
 
 
 @triton_op("chapter17::square", mutates_args=())
 def square(x: torch.Tensor) -> torch.Tensor:
-    return _launch(traceable(square_forward_kernel), x)
+    return launch_forward(traceable(square_forward_kernel), x)
 
 
 @triton_op("chapter17::square_backward", mutates_args=())
 def square_backward(grad_output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return _launch_bwd(traceable(square_backward_kernel), grad_output, x)  # grad_output * 2x
+    return launch_backward(traceable(square_backward_kernel), grad_output, x)  # grad_output * 2x
 
 
 # What each backward saw, kept only inside `recording_backward_calls()`, for the chapter's
 # facts. Outside it nothing is kept: a module-level list that grew on every call would
 # hold one gradient a step alive in a training loop. (Under torch.compile a backward body
-# is traced once, not run per call, so this records eager runs only.)
-_backward_log = None
+# is traced once, not run per call, so this records eager runs only.) Blocks may overlap,
+# in one thread or several (the autograd engine runs a GPU's backwards on a thread of its
+# own): each block gets its own list, every backward run while a block is open is appended
+# to each open block's list, and a block's exit removes only its own list.
+_open_logs = []
+_open_logs_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def recording_backward_calls():
     """Yields a list of (operator, grad_output) that each backward appends to, until the block ends."""
-    global _backward_log
-    previous, _backward_log = _backward_log, []
+    log = []
+    with _open_logs_lock:
+        _open_logs.append(log)
     try:
-        yield _backward_log
+        yield log
     finally:
-        _backward_log = previous
+        with _open_logs_lock:
+            _open_logs.remove(log)
 
 
 def _record(name, grad_output):
-    if _backward_log is not None:
-        _backward_log.append((name, grad_output.detach().clone()))
+    with _open_logs_lock:
+        logs = list(_open_logs)
+    if logs:
+        grad_output = grad_output.detach().clone()
+        for log in logs:
+            log.append((name, grad_output))
 
 
 def save_input(ctx, inputs, output):
@@ -450,6 +303,7 @@ def opcheck_all():
 
 
 if __name__ == "__main__":
+    print(BACKEND, file=sys.stderr)
     chapter_facts()
     results = [full_graph_compile(), export_each(), opcheck_all()]
     sys.exit(0 if all(results) else 1)

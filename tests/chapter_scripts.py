@@ -1,10 +1,10 @@
-"""The four chapter scripts, loaded as modules, and helpers the tests share.
+"""The four chapter scripts and the hardened module, loaded as modules, and helpers the tests share.
 
 The scripts' names start with digits, so they are loaded with importlib. Each
-test that concerns a kernel or a Function runs against every script that
-defines it, so a change to one script's copy is caught in that script.
-Importing a script picks the backend (CUDA, or the Triton interpreter), as
-running it does.
+test of a chapter claim runs against every script that defines what it needs,
+so a change to one script's copy is caught in that script; the hardening tests
+run against hardened_ops.py. Importing a script picks the backend (CUDA, or the
+Triton interpreter), as running it does.
 """
 import importlib.util
 import os
@@ -18,7 +18,7 @@ import triton
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_NAMES = ("01_chained_expression", "02_graph_structure", "03_fan_in", "04_standalone_complete")
-# Beyond the chapter: self-contained scripts that carry copies of the chapter's kernels.
+# Beyond the chapter: they import their kernels from hardened_ops.py.
 EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op", "extras/autograd_diagram")
 
 
@@ -35,6 +35,8 @@ def _load_script(name):
 _ENVIRONMENT_BEFORE_LOADING = dict(os.environ)
 SCRIPTS = {name: _load_script(name) for name in SCRIPT_NAMES}
 DEVICE = SCRIPTS[SCRIPT_NAMES[0]].DEVICE
+sys.path.insert(0, str(REPO))  # as the extras and benchmarks import it
+import hardened_ops  # noqa: E402
 ON_GPU = DEVICE.type == "cuda"
 
 

@@ -1,4 +1,4 @@
-"""Compile one script's kernels for GPU targets, in every float dtype, on any machine.
+"""Compile one file's kernels for GPU targets, in every float dtype, on any machine.
 
 The Triton interpreter accepts code that the GPU compiler rejects (the printed
 listings' fp16 erf, for one), so the CPU-only test suite compiles the kernels

@@ -1,12 +1,15 @@
-"""Every script's TritonGELU and TritonSquare against PyTorch, forward and backward.
+"""Every script's TritonGELU and TritonSquare, and hardened_ops.py's, against PyTorch,
+forward and backward.
 
+The scripts are the book's listings, so they are held to what the book gives them:
+float32, here in odd sizes. hardened_ops.py is held to every float dtype as well.
 Backward is always driven by a seeded random grad_output: with uniform ones, a
 backward that forgets the chain rule passes (the chapter's whole point).
 """
 import pytest
 import torch
 import torch.nn.functional as F
-from chapter_scripts import ON_GPU, TRITON_RELEASE, script_name, scripts_defining, seeded_randn
+from chapter_scripts import ON_GPU, TRITON_RELEASE, hardened_ops, script_name, scripts_defining, seeded_randn
 
 # Odd sizes put a masked, partly filled block at the end (BLOCK is 1024).
 SHAPES = [(1,), (7,), (1023,), (1024,), (1025,), (4099,), (3, 5, 67)]
@@ -33,11 +36,19 @@ def square_reference(x):
     return x * x
 
 
+REFERENCES = (("TritonGELU", gelu_reference), ("TritonSquare", square_reference))
+
+
 def function_cases():
-    """(script, Function name, PyTorch reference) for every script's copy of each Function."""
+    """(script, Function name, PyTorch reference) for every script's copy of each Function, and the module's."""
     return [pytest.param(param.values[0], function_name, reference, id=f"{param.id}-{function_name}")
-            for function_name, reference in (("TritonGELU", gelu_reference), ("TritonSquare", square_reference))
-            for param in scripts_defining(function_name)]
+            for function_name, reference in REFERENCES
+            for param in scripts_defining(function_name)] + hardened_cases()
+
+
+def hardened_cases():
+    return [pytest.param(hardened_ops, function_name, reference, id=f"hardened_ops-{function_name}")
+            for function_name, reference in REFERENCES]
 
 
 def check_against_reference(script, function_name, reference, x, grad_output, atol, rtol):
@@ -71,14 +82,14 @@ def test_matches_pytorch_for_odd_sizes(script, function_name, reference, shape):
 
 
 @pytest.mark.parametrize("dtype, atol, rtol", DTYPE_TOLERANCES, ids=lambda v: str(v).removeprefix("torch."))
-@pytest.mark.parametrize("script, function_name, reference", function_cases())
+@pytest.mark.parametrize("script, function_name, reference", hardened_cases())
 def test_matches_pytorch_in_every_float_dtype(script, function_name, reference, dtype, atol, rtol):
     x = seeded_randn(2050, seed=2, dtype=dtype) * 3  # reaches GELU's flat tails, past |x| = 5
     grad_output = seeded_randn(2050, seed=3, dtype=dtype)
     check_against_reference(script, function_name, reference, x, grad_output, atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("script, function_name, reference", function_cases())
+@pytest.mark.parametrize("script, function_name, reference", hardened_cases())
 def test_gradcheck_in_float64(script, function_name, reference):
     x = seeded_randn(2, 3, seed=4, dtype=torch.float64).requires_grad_(True)
     assert torch.autograd.gradcheck(getattr(script, function_name).apply, (x,), eps=1e-6, atol=1e-8), (

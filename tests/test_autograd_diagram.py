@@ -10,10 +10,11 @@ uniform one is the point.
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
-from chapter_scripts import REPO, SCRIPTS, load_extra, seeded_randn
+from chapter_scripts import ON_GPU, REPO, SCRIPTS, load_extra, requires_gpu, seeded_randn
 
 diagram = load_extra("autograd_diagram")
 chapter = SCRIPTS["04_standalone_complete"]
@@ -122,8 +123,8 @@ def test_a_constant_input_is_a_none_edge():
     recording = diagram.record_backward((chapter.TritonGELU.apply(x) * constant).sum(), names={"x": x})
     mul, = by_kind(recording, "MulBackward0")
     assert [child for child, _ in mul.inputs].count(None) == 1
-    assert "None to const" in diagram.render_ascii(recording)
-    assert "const" in diagram.render_mermaid(recording) and "style=dashed" in diagram.render_dot(recording)
+    assert "None to x const" in diagram.render_ascii(recording)  # a saved operand, but not a single number
+    assert "x const" in diagram.render_mermaid(recording) and "style=dotted" in diagram.render_dot(recording)
 
 
 def test_two_named_leaves_and_one_used_twice():
@@ -161,7 +162,11 @@ def test_retain_graph_allows_a_second_recorded_backward():
     grad_after_one = x.grad.clone()
     second = diagram.record_backward(loss, names={"x": x})
     torch.testing.assert_close(x.grad, 2 * grad_after_one)
-    assert diagram.render_ascii(first) == diagram.render_ascii(second)
+    first_text, second_text = diagram.render_ascii(first), diagram.render_ascii(second)
+    assert "writes x.grad" in first_text and "added to x.grad, which already held a gradient" in second_text
+    assert first_text.replace("writes x.grad", "") == second_text.replace(
+        "added to x.grad, which already held a gradient", "")
+    assert ".grad += " in diagram.render_mermaid(second) and ".grad = " in diagram.render_mermaid(first)
 
 
 def test_a_non_scalar_loss_takes_a_gradient():
@@ -226,9 +231,12 @@ def test_a_large_graph_is_cut_at_the_node_limit_with_what_was_left_out():
     loss = (stack(x) * torch.randn(4, 8, generator=generator).to(chapter.DEVICE)).sum()
     recording = diagram.record_backward(loss, names=dict(stack.named_parameters()))
     # 12 nodes a block (LayerNorm, 2 Addmm, TritonGELU, 2 T, 6 AccumulateGrad), then the loss's Mul and Sum.
-    # Compared as an int: a Node's repr walks its neighbours, far too long on a graph this size.
     nodes = len(recording.nodes)
     assert nodes == 146, f"{nodes} nodes: 12 blocks (144) and the loss's Mul and Sum"
+    started = time.perf_counter()
+    printed = repr(recording) + "".join(repr(node) for node in recording.nodes)
+    assert time.perf_counter() - started < 1.0 and len(printed) < 100_000, (
+        f"printing the recording took {time.perf_counter() - started:.1f} s, {len(printed)} characters")
     text = diagram.render_ascii(recording, max_nodes=24)
     backward_lines = [line for line in text.splitlines() if re.match(r"  #\d+ ", line)]
     assert len(backward_lines) == 24
@@ -246,3 +254,92 @@ def test_scale_and_format_options_run():
     assert "... 121 more node(s) not drawn" in stack
     bad = run_script("--format", "svg")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+# --- what a hook, a second backward, or an odd gradient does to the drawing --------
+
+def test_a_tensor_hook_that_changes_a_single_senders_gradient_is_shown():
+    x = seeded_randn(4, seed=83).requires_grad_(True)
+    z = chapter.TritonGELU.apply(x)
+    w = 2 * z
+    w.register_hook(lambda grad: grad * 10)  # between SumBackward0 (sender) and MulBackward0 (receiver)
+    recording = diagram.record_backward((w * seeded_randn(4, seed=84)).sum(), names={"x": x, "z": z})
+    mul = by_kind(recording, "MulBackward0")[-1]  # 2 * z, the second Mul the engine calls
+    assert mul.changed_by_hook == [True], diagram.render_ascii(recording)
+    assert "a tensor hook changed it" in diagram.render_ascii(recording)
+    untouched = [n for n in recording.nodes if n is not mul and n.changed_by_hook]
+    assert not any(flag for n in untouched for flag in n.changed_by_hook)
+
+
+def test_a_tensor_hook_on_a_fan_in_value_is_shown_against_the_sum():
+    x = seeded_randn(4, seed=85).requires_grad_(True)
+    z = chapter.TritonGELU.apply(x)
+    z.register_hook(lambda grad: grad * 10)
+    recording = diagram.record_backward((2 * z).sum() + (3 * z).sum(), names={"x": x, "z": z})
+    gelu, = by_kind(recording, "TritonGELUBackward")
+    assert gelu.received == ["50"] and gelu.changed_by_hook == [True]
+    assert re.search(r"received [23] \+ [23] then a hook made it 50;", diagram.render_ascii(recording))
+
+
+def test_named_intermediate_values_and_saved_constants_are_drawn():
+    x = seeded_randn(4, seed=86).requires_grad_(True)
+    z = chapter.TritonGELU.apply(x)
+    recording = diagram.record_backward((2 * z).sum() + (3 * z).sum(), names={"x": x, "z": z})
+    text = diagram.render_ascii(recording)
+    assert "x --[TritonGELU]--> z" in text
+    assert "z --[Mul, x 2]-->" in text and "z --[Mul, x 3]-->" in text
+
+
+def test_arrows_point_the_way_the_gradient_moves():
+    x = seeded_randn(4, seed=87).requires_grad_(True)
+    recording = diagram.record_backward(chapter.TritonGELU.apply(x).sum(), names={"x": x})
+    mermaid = diagram.render_mermaid(recording)
+    assert mermaid.splitlines()[0] == "flowchart RL" and diagram.GRAPH_LEGEND in mermaid
+    assert 'loss -->|"grad 1"| n0' in mermaid, "the first arrow leaves the loss"
+    assert "rankdir=RL" in diagram.render_dot(recording)
+
+
+@pytest.mark.parametrize("renderer", ["render_ascii", "render_mermaid", "render_dot"])
+@pytest.mark.parametrize("max_nodes", [0, -1])
+def test_a_node_limit_below_one_is_refused(renderer, max_nodes):
+    x = seeded_randn(4, seed=88).requires_grad_(True)
+    recording = diagram.record_backward(chapter.TritonGELU.apply(x).sum())
+    with pytest.raises(ValueError, match="max_nodes must be"):
+        getattr(diagram, renderer)(recording, max_nodes=max_nodes)
+
+
+def test_a_sparse_gradient_is_summarised_from_its_stored_values():
+    embedding = torch.nn.Embedding(10, 4, sparse=True)
+    indices = torch.tensor([1, 2, 1])
+    recording = diagram.record_backward((embedding(indices) * torch.randn(3, 4)).sum(),
+                                        names=dict(embedding.named_parameters()))
+    leaf, = [n for n in recording.nodes if n.leaf == "weight"]
+    assert leaf.received[0].startswith("(sparse, 8 stored) [10, 4] in ["), leaf.received
+
+
+def test_a_complex_gradient_is_labelled_as_its_magnitude():
+    c = torch.randn(3, dtype=torch.complex64, generator=torch.Generator().manual_seed(89)).requires_grad_(True)
+    recording = diagram.record_backward((c * c).abs().sum(), names={"c": c})
+    leaf, = [n for n in recording.nodes if n.leaf == "c"]
+    expected = "[" + ", ".join(f"{v:.4f}" for v in c.grad.abs().tolist()) + "]"
+    assert leaf.received == [f"(complex, |g|) {expected}"]
+
+
+def test_an_expanded_gradient_is_measured_without_a_copy(monkeypatch):
+    reduced = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda t: reduced.append(t.numel()) or aminmax(t))
+    e = torch.randn(8192, 1).requires_grad_(True)
+    recording = diagram.record_backward((e.expand(8192, 8192) * 1.0).sum(), names={"e": e})
+    assert max(reduced) == 8192, f"reduced {max(reduced)} elements: the expanded view was copied"
+    assert "8192" in diagram.render_ascii(recording)
+
+
+@requires_gpu
+def test_gradients_on_two_devices_are_read_back():
+    x = seeded_randn(4, seed=90).requires_grad_(True)
+    weight = torch.randn(4)
+    recording = diagram.record_backward((chapter.TritonGELU.apply(x).cpu() * weight).sum(), names={"x": x})
+    leaf, = [n for n in recording.nodes if n.leaf == "x"]
+    assert leaf.received == [diagram.summarize(x.grad)]
+

@@ -59,13 +59,13 @@ def amd_linker_missing():
     return f"Triton {triton.__version__} links AMD code with ROCm's ld.lld, which is not installed here"
 
 
-def compile_targets(targets):
+def compile_targets(targets, path="hardened_ops.py", dtypes_of=None):
     """One process for all `targets` that compile the same dtypes (each group its own process)."""
     groups = {}
     for target in targets:
-        groups.setdefault(dtypes_for(target), []).append(target)
+        groups.setdefault((dtypes_of or dtypes_for)(target), []).append(target)
     return [subprocess.Popen([sys.executable, str(REPO / "tests/compile_for_targets.py"), "--dtypes", ",".join(dtypes),
-                              str(REPO / "04_standalone_complete.py"), *group],
+                              str(REPO / path), *group],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for dtypes, group in groups.items()]
 
@@ -74,12 +74,7 @@ def supported(targets):
     return [t for t, (_, oldest) in targets.items() if TRITON_RELEASE >= oldest]
 
 
-@pytest.fixture(scope="module")
-def compile_report():
-    """{target: its line} for every target this Triton knows, compiled once for the module."""
-    runs = compile_targets(supported(NVIDIA_TARGETS))
-    if amd_linker_missing() is None:
-        runs += compile_targets(supported(AMD_TARGETS))
+def report_of(runs):
     lines, errors = {}, []
     for run in runs:
         stdout, stderr = run.communicate(timeout=900)
@@ -88,6 +83,21 @@ def compile_report():
             target, _, result = line.partition(": ")
             lines[target] = result
     return lines, "\n".join(errors)
+
+
+@pytest.fixture(scope="module")
+def compile_report():
+    """{target: its line} for every target this Triton knows: hardened_ops.py's kernels in every dtype."""
+    runs = compile_targets(supported(NVIDIA_TARGETS))
+    if amd_linker_missing() is None:
+        runs += compile_targets(supported(AMD_TARGETS))
+    return report_of(runs)
+
+
+@pytest.fixture(scope="module")
+def book_compile_report():
+    """The book's own kernels (04, as the reader runs it) in the book's float32, for every NVIDIA target."""
+    return report_of(compile_targets(supported(NVIDIA_TARGETS), "04_standalone_complete.py", lambda _: ("fp32",)))
 
 
 def compiled_dtypes(line):
@@ -128,3 +138,11 @@ def test_dtype_that_older_tritons_cannot_compile(compile_report, target, dtype):
         pytest.skip(f"Triton {triton.__version__}: {why}")
     lines, stderr = compile_report
     assert dtype in compiled_dtypes(lines.get(target, "")), f"{target}: {lines.get(target)}\n{stderr}"
+
+
+@pytest.mark.parametrize("target, oldest", target_params(NVIDIA_TARGETS))
+def test_the_books_kernels_compile_in_float32_for(book_compile_report, target, oldest):
+    if TRITON_RELEASE < max(oldest, ONLY_COMPILED_WITH.get(target, (0, 0))):
+        pytest.skip(f"{target} is not compiled with Triton {triton.__version__} (see test_kernels_compile_for)")
+    lines, stderr = book_compile_report
+    assert "fp32" in compiled_dtypes(lines.get(target, "")), f"{target}: {lines.get(target)}\n{stderr}"

@@ -1,30 +1,28 @@
-"""Drift guard: the four scripts carry their own copies of the kernels on purpose,
-and these tests keep the copies in step.
+"""Drift guard: where the chapter's kernels live, and that their copies stay in step.
 
-- Every @triton.jit function defined in more than one script has the same
-  parsed AST in each (so formatting and comments are not differences).
-- Every other shared helper, and the module-level backend choice, has the same
-  AST once parameters are renamed: the chapter itself names one parameter
-  `kernel` in 01 and `bwd_kernel` in 02 and 04.
-- Each autograd Function launches the same kernels in every script. Their
-  bodies legitimately differ as printed: each section records something else
-  (`order`, `captured`, ...) and 01/03 launch through other helpers than 02/04.
+- The four scripts carry their own copies of the book's kernels on purpose (the book
+  prints them so): every @triton.jit function defined in more than one script, or in
+  the generated notebook, has the same parsed AST in each.
+- The scripts' backend choice is the same in every script.
+- hardened_ops.py is the one hardened copy: outside the scripts, listings/, the
+  notebook and hardened_ops.py, no file defines a kernel (the extras, benchmarks and
+  tools import them).
+- Each autograd Function launches its own kernels, in the scripts and in the module.
 """
 import ast
 import json
 from itertools import combinations
 
 import pytest
-from chapter_scripts import EXTRAS_NAMES, REPO, SCRIPT_NAMES
+from chapter_scripts import REPO, SCRIPT_NAMES
 
-# The notebook is one more copy: its code cells, read as one module.
 NOTEBOOK = "notebooks/chapter17"
+MODULE = "hardened_ops"
 
-# What each file must define, for its story and for the tests. The tests pick the files to
-# run against by the names they define (chapter_scripts.scripts_defining): a helper renamed
-# in one file would silently drop that file from those tests, so every such name is here.
-COMMON = {"DEVICE", "compute_dtype", "kernel_operands", "device_of", "no_double_backward",
-          "gelu_forward_kernel", "gelu_backward_kernel", "TritonGELU"}
+# What each file must define, for its story and for the tests. The tests pick the scripts to
+# run against by the names they define (chapter_scripts.scripts_defining): a name renamed in
+# one script would silently drop that script from those tests, so every such name is here.
+COMMON = {"DEVICE", "gelu_forward_kernel", "gelu_backward_kernel", "TritonGELU"}
 REQUIRED_NAMES = {
     "01_chained_expression": COMMON | {
         "gelu_backward_kernel_buggy_no_chain_rule", "triton_gelu_forward", "_launch_bwd", "TritonGELUBuggy",
@@ -37,34 +35,30 @@ REQUIRED_NAMES = {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
         "section_17_1", "section_17_2", "section_17_3"},
-    # Beyond the chapter: each extra carries copies of the kernels and launch helpers it uses.
-    "extras/train_mlp": COMMON | {
-        "gelu_backward_kernel_buggy_no_chain_rule", "_launch", "_launch_bwd", "TritonGELUBuggy", "train"},
-    "extras/triton_op": COMMON | {
-        "square_forward_kernel", "square_backward_kernel", "_launch", "_launch_bwd", "gelu", "square",
-        "recording_backward_calls"},
-    "extras/autograd_diagram": COMMON | {
-        "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
-        "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "record_backward", "render_ascii",
-        "render_mermaid", "render_dot"},
+    MODULE: COMMON | {
+        "compute_dtype", "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
+        "kernel_operands", "device_of", "no_double_backward", "launch_forward", "launch_backward",
+        "TritonGELUBuggy", "TritonSquare", "TritonGELUModule"},
     NOTEBOOK: COMMON | {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
-        "section_17_1", "section_17_2", "section_17_3", "record_backward", "render_ascii", "chapter_recordings"},
+        "section_17_1", "section_17_2", "section_17_3", "record_backward", "render_ascii"},
 }
 
 
-def parse(script):
-    return ast.parse((REPO / f"{script}.py").read_text(), filename=f"{script}.py")
+def parse(name):
+    return ast.parse((REPO / f"{name}.py").read_text(), filename=f"{name}.py")
 
 
 def parse_notebook():
     cells = json.loads((REPO / f"{NOTEBOOK}.ipynb").read_text())["cells"]
     sources = ("".join(c["source"]) for c in cells if c["cell_type"] == "code")  # a string, or a list of lines
-    return ast.parse("\n\n".join(sources), filename=f"{NOTEBOOK}.ipynb")
+    return ast.parse("\n\n".join(s for s in sources if not s.lstrip().startswith(("!", "%"))),
+                     filename=f"{NOTEBOOK}.ipynb")
 
 
-TREES = {script: parse(script) for script in SCRIPT_NAMES + EXTRAS_NAMES} | {NOTEBOOK: parse_notebook()}
+TREES = {name: parse(name) for name in SCRIPT_NAMES + (MODULE,)} | {NOTEBOOK: parse_notebook()}
+BOOK_COPIES = SCRIPT_NAMES + (NOTEBOOK,)  # the book's kernels, as printed
 
 
 def definitions(tree):
@@ -81,8 +75,7 @@ def kernels(tree):
 
 def helpers(tree):
     return {name: node for name, node in definitions(tree).items()
-            if isinstance(node, ast.FunctionDef) and not is_kernel(node) and not name.startswith("section_")
-            and name != "main"}  # each file's own entry point
+            if isinstance(node, ast.FunctionDef) and not is_kernel(node) and not name.startswith("section_")}
 
 
 def functions(tree):
@@ -90,67 +83,51 @@ def functions(tree):
             if isinstance(node, ast.ClassDef) and any(ast.unparse(b) == "torch.autograd.Function" for b in node.bases)}
 
 
-class _RenameParameters(ast.NodeTransformer):
-    def __init__(self, parameters):
-        self.names = {name: f"_arg{i}" for i, name in enumerate(parameters)}
-
-    def visit_arg(self, node):
-        node.arg = self.names.get(node.arg, node.arg)
-        return node
-
-    def visit_Name(self, node):
-        node.id = self.names.get(node.id, node.id)
-        return node
+def shared_kernels():
+    for a, b in combinations(BOOK_COPIES, 2):
+        kernels_a, kernels_b = kernels(TREES[a]), kernels(TREES[b])
+        for name in sorted(kernels_a.keys() & kernels_b.keys()):
+            yield pytest.param(name, a, kernels_a[name], b, kernels_b[name], id=f"{name}-{a[:2]}-vs-{b[:2]}")
 
 
-def dump_with_parameters_renamed(function):
-    copy = ast.parse(ast.unparse(function)).body[0]
-    return ast.dump(_RenameParameters([a.arg for a in copy.args.args]).visit(copy))
-
-
-def short(name):
-    return name.removeprefix("extras/") if name.startswith("extras/") else name[:2]
-
-
-def shared(definitions_of):
-    """(name, script_a, node_a, script_b, node_b) for each definition two scripts both have."""
-    for (a, tree_a), (b, tree_b) in combinations(TREES.items(), 2):
-        defs_a, defs_b = definitions_of(tree_a), definitions_of(tree_b)
-        for name in sorted(defs_a.keys() & defs_b.keys()):
-            yield pytest.param(name, a, defs_a[name], b, defs_b[name], id=f"{name}-{short(a)}-vs-{short(b)}")
-
-
-@pytest.mark.parametrize("name, a, kernel_a, b, kernel_b", list(shared(kernels)))
+@pytest.mark.parametrize("name, a, kernel_a, b, kernel_b", list(shared_kernels()))
 def test_kernel_copies_are_identical(name, a, kernel_a, b, kernel_b):
     assert ast.dump(kernel_a) == ast.dump(kernel_b), (
-        f"kernel {name} differs between {a}.py and {b}.py; the copies must stay identical:\n"
-        f"--- {a}.py\n{ast.unparse(kernel_a)}\n--- {b}.py\n{ast.unparse(kernel_b)}")
+        f"kernel {name} differs between {a} and {b}; the copies must stay identical:\n"
+        f"--- {a}\n{ast.unparse(kernel_a)}\n--- {b}\n{ast.unparse(kernel_b)}")
 
 
-@pytest.mark.parametrize("name, a, helper_a, b, helper_b", list(shared(helpers)))
-def test_helper_copies_are_identical(name, a, helper_a, b, helper_b):
-    assert dump_with_parameters_renamed(helper_a) == dump_with_parameters_renamed(helper_b), (
-        f"helper {name} differs between {a}.py and {b}.py:\n"
-        f"--- {a}.py\n{ast.unparse(helper_a)}\n--- {b}.py\n{ast.unparse(helper_b)}")
-
-
-def module_setup(tree):
-    """The top-level statements that set the scripts up: the backend choice and KERNEL_DTYPES."""
+def backend_choice(tree):
+    """The top-level statements that choose the backend: the INTERPRET reading and the `if`."""
     return [ast.dump(node) for node in tree.body
             if (isinstance(node, ast.If) and "DEVICE" in ast.unparse(node))
-            or (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "KERNEL_DTYPES")]
+            or (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "INTERPRET")]
 
 
-def test_backend_choice_is_identical_in_every_script():
-    setups = {script: module_setup(tree) for script, tree in TREES.items()}
-    first = setups[SCRIPT_NAMES[0]]
-    assert len(first) == 2, "expected the backend `if` and KERNEL_DTYPES at the top level of each script"
-    for script, setup in setups.items():
-        assert setup == first, f"{script}.py sets up its backend or KERNEL_DTYPES differently from {SCRIPT_NAMES[0]}.py"
+def test_backend_choice_is_identical_in_every_copy_of_the_book():
+    first = backend_choice(TREES[SCRIPT_NAMES[0]])
+    assert len(first) == 2, "expected INTERPRET and the backend `if` at the top level of each script"
+    for name in BOOK_COPIES:
+        assert backend_choice(TREES[name]) == first, f"{name} chooses its backend differently from {SCRIPT_NAMES[0]}"
+
+
+def test_no_other_file_defines_a_kernel():
+    """The extras, benchmarks, tools and tests import the kernels from hardened_ops.py (or load a script)."""
+    allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE,)}
+    copies = []
+    for path in sorted(REPO.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative in allowed or relative.startswith(("listings/", ".venv/", ".")) or "/." in relative:
+            continue
+        tree = ast.parse(path.read_text(), filename=relative)
+        found = [node.name for node in ast.walk(tree) if is_kernel(node)]
+        if found:
+            copies.append(f"{relative}: {', '.join(found)}")
+    assert not copies, "kernels defined outside the scripts and hardened_ops.py:\n" + "\n".join(copies)
 
 
 def launched_kernels(tree, method):
-    """The kernels a method launches, directly or through the script's helper functions."""
+    """The kernels a method launches, directly or through the file's helper functions."""
     kernel_names, helper_nodes = kernels(tree).keys(), helpers(tree)
     found, seen, pending = set(), set(), [method]
     while pending:
@@ -164,56 +141,42 @@ def launched_kernels(tree, method):
     return found
 
 
-def function_profile(tree, cls):
-    """For each method: its decorators and the kernels it launches."""
-    return {m.name: ([ast.unparse(d) for d in m.decorator_list], sorted(launched_kernels(tree, m)))
-            for m in cls.body if isinstance(m, ast.FunctionDef)}
-
-
-@pytest.mark.parametrize("name, a, cls_a, b, cls_b", list(shared(functions)))
-def test_functions_launch_the_same_kernels_everywhere(name, a, cls_a, b, cls_b):
-    profile_a, profile_b = function_profile(TREES[a], cls_a), function_profile(TREES[b], cls_b)
-    assert profile_a == profile_b, f"{name} differs between {a}.py {profile_a} and {b}.py {profile_b}"
-
-
 def test_every_function_launches_its_own_kernels():
     expected = {
-        "TritonGELU": (["gelu_forward_kernel"], ["gelu_backward_kernel"]),
-        "TritonGELUBuggy": (["gelu_forward_kernel"], ["gelu_backward_kernel_buggy_no_chain_rule"]),
-        "TritonSquare": (["square_forward_kernel"], ["square_backward_kernel"]),
+        "TritonGELU": ({"gelu_forward_kernel"}, {"gelu_backward_kernel"}),
+        "TritonGELUBuggy": ({"gelu_forward_kernel"}, {"gelu_backward_kernel_buggy_no_chain_rule"}),
+        "TritonSquare": ({"square_forward_kernel"}, {"square_backward_kernel"}),
     }
-    for script, tree in TREES.items():
-        for name, cls in functions(tree).items():
-            profile = function_profile(tree, cls)
-            assert (profile["forward"][1], profile["backward"][1]) == expected[name], f"{script}.py: {name}"
-            assert "no_double_backward" in profile["backward"][0], f"{script}.py: {name}.backward"
+    for name, tree in TREES.items():
+        for function, cls in functions(tree).items():
+            methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+            launched = (launched_kernels(tree, methods["forward"]), launched_kernels(tree, methods["backward"]))
+            assert launched == expected[function], f"{name}: {function} launches {launched}"
 
 
-def test_every_file_the_guard_reads_has_its_required_names():
-    assert set(REQUIRED_NAMES) == set(TREES)
+def test_the_hardened_backwards_refuse_double_backward():
+    for function, cls in functions(TREES[MODULE]).items():
+        backward, = [m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "backward"]
+        assert "no_double_backward" in [ast.unparse(d) for d in backward.decorator_list], function
 
 
-@pytest.mark.parametrize("script", list(TREES))
-def test_each_script_defines_what_its_section_needs(script):
-    tree = TREES[script]
-    defined = set(definitions(tree)) | {t.id for node in tree.body if isinstance(node, ast.Assign)
+@pytest.mark.parametrize("name", list(TREES))
+def test_each_file_defines_what_its_section_needs(name):
+    tree = TREES[name]
+    defined = set(definitions(tree)) | {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
                                         for t in node.targets if isinstance(t, ast.Name)}
-    defined |= {t.id for node in tree.body if isinstance(node, ast.If)
-                for sub in ast.walk(node) if isinstance(sub, ast.Assign)
-                for t in sub.targets if isinstance(t, ast.Name)}
-    missing = REQUIRED_NAMES[script] - defined
-    assert not missing, f"{script}.py lacks {sorted(missing)}"
+    missing = REQUIRED_NAMES[name] - defined
+    assert not missing, f"{name} lacks {sorted(missing)}"
 
 
 def test_the_drift_guard_sees_every_kernel():
     """The comparisons above are only as good as their inputs: every file's kernels, by name."""
-    gelu = {"compute_dtype", "gelu_forward_kernel", "gelu_backward_kernel"}
+    gelu = {"gelu_forward_kernel", "gelu_backward_kernel"}
     square = {"square_forward_kernel", "square_backward_kernel"}
     buggy = {"gelu_backward_kernel_buggy_no_chain_rule"}
     expected = {
         "01_chained_expression": gelu | buggy, "02_graph_structure": gelu | square, "03_fan_in": gelu,
-        "04_standalone_complete": gelu | square | buggy, "extras/train_mlp": gelu | buggy,
-        "extras/triton_op": gelu | square, "extras/autograd_diagram": gelu | square | buggy,
+        "04_standalone_complete": gelu | square | buggy, MODULE: gelu | square | buggy | {"compute_dtype"},
         NOTEBOOK: gelu | square | buggy,
     }
     assert {name: set(kernels(tree)) for name, tree in TREES.items()} == expected

@@ -286,3 +286,23 @@ def test_triton_op_script_runs_end_to_end():
     assert "allclose to oracle? False" not in result.stdout
     if not ON_GPU:
         assert "needs a GPU" in result.stderr
+
+
+@pytest.mark.skipif(not HAS_TRITON_OP, reason="extras/triton_op.py needs torch 2.6 or newer")
+def test_recording_blocks_that_overlap_keep_nothing_after_both_end():
+    """A enters, B enters, A exits, B exits (as two threads may): each block gets what ran while
+    it was open, and nothing is recorded once both have ended."""
+    def backward():
+        x = seeded_randn(4, seed=93).requires_grad_(True)
+        triton_op.gelu(x).backward(seeded_randn(4, seed=94))
+
+    a_block, b_block = triton_op.recording_backward_calls(), triton_op.recording_backward_calls()
+    a = a_block.__enter__()
+    b = b_block.__enter__()
+    backward()
+    a_block.__exit__(None, None, None)
+    backward()
+    b_block.__exit__(None, None, None)
+    backward()
+    assert (len(a), len(b)) == (1, 2)
+    assert triton_op._open_logs == [], "a block's list outlived it"

@@ -3,13 +3,14 @@ Build notebooks/chapter17.ipynb from the scripts: never edit the notebook by han
 =================================================================================
 
 The notebook is one file that works alone: uploaded to Colab, Kaggle or any Jupyter,
-it tells the chapter's story in order (17.1, 17.2, 17.3), draws each section's graph
-from the live autograd objects, and ends by checking its own output against the
-chapter's. Its code cells are taken verbatim from:
+it tells the chapter's story in order (17.1, 17.2, 17.3), each section's result before
+any long cell, then draws each section's graph from the live autograd objects, and ends
+with the chapter's facts, its self-check questions, and a check of its own output
+against the chapter's. Its code cells are taken verbatim from:
 
-  04_standalone_complete.py          the backend choice, kernels, helpers, Functions, sections
-  extras/autograd_diagram.py         the recorder and renderers, and the chapter's recordings
-  expected_output/04_standalone_complete.txt   what the last cell compares against
+  04_standalone_complete.py          the book's code: backend choice, kernels, helpers, Functions, sections
+  extras/autograd_diagram.py         the recorder and renderers (a collapsed cell), and the chapter's recordings
+  expected_output/*.txt              what the last cell compares against
 
 so tests/test_notebook.py can prove the committed notebook is what this makes, and
 tests/test_drift.py checks its kernels with every other copy.
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "chapter17.ipynb"
 SCRIPT = REPO / "04_standalone_complete.py"
 DIAGRAM = REPO / "extras" / "autograd_diagram.py"
-EXPECTED = REPO / "expected_output" / "04_standalone_complete.txt"
+EXPECTED_DIR = REPO / "expected_output"
 
 
 def top_level_blocks(path):
@@ -80,70 +81,25 @@ def between(path, start_marker, end_marker):
     return "".join(lines[start:end]).rstrip() + "\n"
 
 
-# The first cell: the environment as check_outputs.sh's header gives it, and the setup a
-# notebook service needs. It installs nothing unless Triton is missing or known broken.
+# The first code cell: what a bug report needs, and Triton where the service lacks it.
 ENVIRONMENT_CELL = '''\
-# The environment, as check_outputs.sh reports it, and the backend the kernels will use.
-# The service's own PyTorch and Triton are used; the pinned pair is installed only where
-# Triton is missing or known broken (and this cell says so).
-import importlib.metadata
-import importlib.util
-import os
-import subprocess
-import sys
+# Versions and device. Colab and Kaggle ship PyTorch and Triton; elsewhere Triton is installed.
+import importlib.util, os, subprocess, sys  # noqa: E401
 
-PINNED = ["torch==2.13.0", "triton==3.7.1", "numpy==2.4.6" if sys.version_info >= (3, 11) else "numpy==2.2.6"]
-
-
-def version(package):
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def release(text):
-    return tuple(int(part) for part in text.split(".")[:2]) if text else (0, 0)
-
-
-if sys.platform == "darwin":
-    raise SystemExit("Triton publishes no macOS packages, so its kernels cannot run here. Upload this notebook "
-                     "to Colab or Kaggle, or use a Linux machine.")
-triton_version = version("triton") or version("triton-windows")
-install_why = None
-if triton_version is None:
-    install_why = "Triton is not installed"
-elif release(triton_version) < (3, 2) and release(version("numpy")) >= (2, 0):
-    # Only the interpreter is affected, but which backend runs is not known before torch loads.
-    install_why = (f"Triton {triton_version}'s interpreter stores nothing under NumPy {version('numpy')} "
-                   "(every number would be uninitialised memory)")
-if install_why:
-    if "torch" in sys.modules:
-        raise SystemExit(f"{install_why}, and torch is already loaded: restart the kernel and run this cell first.")
-    print(f"{install_why}: installing the pinned {', '.join(PINNED)} (a few GB on a GPU machine) ...")
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *PINNED])
-    triton_version = version("triton")
-
+if importlib.util.find_spec("triton") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "triton"])
 import torch  # noqa: E402
+import triton  # noqa: E402  (imported only to report its version; the backend is chosen below)
 
-print(f"python   {sys.version.split()[0]} ({sys.executable})")
-print(f"torch    {torch.__version__}")
-print(f"triton   {triton_version}")
-interpret_on = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "yes", "y", "on")
-if torch.cuda.is_available() and not interpret_on:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    print(f"device   {props.name}, compute capability {props.major}.{props.minor}, CUDA {torch.version.cuda}")
-    if props.major < 7:
-        # PyTorch refuses such a GPU for Triton ("Triton only supports devices of CUDA Capability
-        # >= 7.0", torch/_inductor/exc.py): a P100 (6.0), Kaggle's other GPU, is one.
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}")
+if torch.cuda.is_available():
+    major, minor = torch.cuda.get_device_capability()
+    print(f"GPU: {torch.cuda.get_device_name()}, compute capability {major}.{minor}")
+    if major < 7:  # Triton needs 7.0 or newer (a P100 is 6.0): run the kernels in its interpreter
         os.environ["TRITON_INTERPRET"] = "1"
-        print(f"         Triton supports compute capability 7.0 and newer, so on this {props.name} the kernels "
-              "run in the Triton interpreter on the CPU instead; the output is the same. "
-              "A T4 (Colab, Kaggle) runs them on the GPU.")
+        print("Triton supports compute capability 7.0 and newer: the kernels run in its interpreter instead")
 else:
-    why = "TRITON_INTERPRET is set" if interpret_on else f"torch {torch.__version__} sees no GPU"
-    print(f"numpy    {version('numpy')}")
-    print(f"device   none ({why}): the Triton interpreter on the CPU")
+    print("no GPU: the kernels run in Triton's interpreter on the CPU, with the same output")
 '''
 
 CAPTURE_CELL = '''\
@@ -181,8 +137,8 @@ def show(recordings):
 '''
 
 CHECK_CELL_TEMPLATE = '''\
-# The notebook's own output against the chapter's Expected Output for 04_standalone_complete.py,
-# section by section, with memory addresses masked as check_outputs.sh masks them.
+# The notebook's own output against the chapter's: 04_standalone_complete.py's Expected Output, section
+# by section, and the lines of 01 and 02 it printed besides, memory addresses masked as check_outputs.sh does.
 import difflib
 import re
 
@@ -193,9 +149,8 @@ def masked(text):
     return re.sub(r"0x[0-9a-fA-F]+", "0x<address>", text)
 
 
-expected_sections = dict(zip(("17.1", "17.2", "17.3"), EXPECTED.split("\\n\\n")))
 passed = failed = 0
-for name, expected in expected_sections.items():
+for name, expected in EXPECTED.items():
     actual = kept_output.get(name, "(the section's cell did not run)").strip("\\n")
     if masked(actual) == masked(expected.strip("\\n")):
         passed += 1
@@ -217,73 +172,129 @@ def code(text):
     return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": text.rstrip("\n")}
 
 
+def collapsed(text):
+    """A code cell shown folded: Colab's form view (#@title), and JupyterLab, Notebook 7 and VS Code."""
+    cell = code(text)
+    cell["metadata"] = {"cellView": "form", "jupyter": {"source_hidden": True}}
+    return cell
+
+
+def expected_sections():
+    """What the last cell compares each kept output with, from expected_output/."""
+    section_17_1, section_17_2, section_17_3 = (EXPECTED_DIR / "04_standalone_complete.txt").read_text().split("\n\n")
+    lines_01 = (EXPECTED_DIR / "01_chained_expression.txt").read_text().splitlines()
+    lines_02 = (EXPECTED_DIR / "02_graph_structure.txt").read_text().splitlines()
+    return {"17.1": section_17_1, "17.1.2": "\n".join(l for l in lines_01 if " chain x.grad:" in l),
+            "17.2": section_17_2, "17.2.1": "\n".join(l for l in lines_02 if l.startswith(("y.grad_fn", "z.grad_fn"))),
+            "17.3": section_17_3}
+
+
+WORKED_EXAMPLE_17_1_2 = '''\
+# Worked Example 17.1.2 prints the two gradients themselves (not part of 04's output).
+def gradients_17_1_2():
+    torch.manual_seed(3)
+    x = torch.randn(6).to(DEVICE).requires_grad_(True)
+    x_buggy = x.detach().clone().requires_grad_(True)
+    (2 * TritonGELU.apply(x) + 1).sum().backward()
+    (2 * TritonGELUBuggy.apply(x_buggy) + 1).sum().backward()
+    print("buggy chain x.grad:  ", x_buggy.grad.cpu())
+    print("correct chain x.grad:", x.grad.cpu())
+
+
+run_section("17.1.2", gradients_17_1_2)
+'''
+
+WORKED_EXAMPLE_17_2_1 = '''\
+# Worked Example 17.2.1 prints the graph itself, as 02_graph_structure.py does (not part of 04's output).
+def graph_17_2_1():
+    torch.manual_seed(4)
+    x = torch.randn(4).to(DEVICE).requires_grad_(True)
+    z = TritonGELU.apply(x)
+    y = TritonSquare.apply(z)
+    print("y.grad_fn:", y.grad_fn)
+    print("y.grad_fn.next_functions:", y.grad_fn.next_functions)
+    print("z.grad_fn:", z.grad_fn)
+    print("z.grad_fn.next_functions:", z.grad_fn.next_functions)
+
+
+run_section("17.2.1", graph_17_2_1)
+'''
+
+SUMMARY = """
+## What the chapter showed, in this notebook's numbers
+
+- **17.1** Inside `2 * z + 1`, the `grad_output` reaching `TritonGELU`'s backward is uniformly
+  **2**, made by the `* 2` downstream. Chapter 16's buggy backward, which ignores it, gives
+  exactly **half** the correct gradient, with no hand-built test input.
+- **17.2** `y.grad_fn.next_functions[0][0] is z.grad_fn`: the graph's edges are the very
+  node objects. Backward runs in reverse: `TritonSquare.backward` first, then `TritonGELU.backward`.
+- **17.3** A value used twice gets **one** backward call, with the contributions already
+  summed: 1 + 1 = 2, and 3 + 2 = 5.
+
+## Self-check questions (the chapter's five)
+
+1. Chapter 16's Worked Example 16.1.2 built `grad_output = [2.0, 2.0, 2.0]` by hand. Which
+   ordinary-looking line of this chapter produces the same value automatically, and why?
+2. After `z = TritonGELU.apply(x)` and `y = TritonSquare.apply(z)`, in what order does the
+   backward pass call the two backward methods, and what must be true first?
+3. What does `y.grad_fn.next_functions[0][0] is z.grad_fn` being `True` confirm?
+4. With `loss = z.sum() + z.sum()`, how many times is `TritonGELU.backward` called, and what
+   does its `grad_output` hold?
+5. Why must a custom backward never assume its `grad_output` reflects exactly one "clean"
+   downstream use of its output?
+
+Each answer is printed above: 1 in 17.1, 2 and 3 in 17.2, 4 and 5 in 17.3.
+"""
+
+
 def cells():
     script = top_level_blocks(SCRIPT)
-    diagram_code = ("import dataclasses\nimport math\n\n" + between(DIAGRAM, "# Recording: the graph", "# Scale: ")
-                    ).replace("\n\n\n\n", "\n\n\n")
+    joined = lambda *names: "\n\n\n".join(script[name].strip("\n") for name in names)  # noqa: E731
+    recorder = ("# @title The recorder: hooks on every node of a live autograd graph (double-click to show the code)\n"
+                "import dataclasses\nimport math\nimport threading\n\n"
+                + between(DIAGRAM, "# Recording: the graph", "# Scale: ")).replace("\n\n\n\n", "\n\n\n")
     return [
         markdown("""
 # Chapter 17: How PyTorch's Autograd Engine Chains Custom Ops
 
-The chapter's code in one notebook: upload this file to Google Colab (a T4 GPU:
+The chapter's code, run cell by cell. Upload this file to Google Colab (a T4 GPU:
 *Runtime > Change runtime type*), to Kaggle, or open it in any Jupyter, and run the cells
-in order. The kernels run on the GPU when PyTorch sees one, and in Triton's interpreter
-on the CPU otherwise, with the same output. The last cell checks that output against
-the chapter's.
+in order. On a GPU the kernels run there; without one, in Triton's interpreter on the
+CPU, with the same output.
 
-This notebook is generated from the companion's scripts (`tools/build_notebook.py`); its
-code cells are `04_standalone_complete.py` and `extras/autograd_diagram.py` verbatim.
-"""),
-        markdown("""
-## Where am I running?
+What you will see:
+- the `grad_output` reaching `TritonGELU`'s backward inside `2 * z + 1` is uniformly **2**;
+- Chapter 16's buggy backward gives exactly **half** the correct gradient there;
+- `TritonSquare`'s backward runs **first**, though its forward ran second;
+- a value used twice gets **one** backward call, receiving **3 + 2 = 5**.
 
-What a bug report needs: versions, the GPU and its compute capability, or why the kernels
-will run in the interpreter instead.
+The code cells are the book's code (`04_standalone_complete.py`: the printed listing,
+plus the lines that choose the GPU or the interpreter). The last cell checks this
+notebook's output against the chapter's.
 """),
         code(ENVIRONMENT_CELL),
-        markdown("""
-## The kernels and the `autograd.Function`s
-
-The backend is chosen before Triton is imported (the interpreter is switched on through
-the environment). Then Chapter 16's kernels: GELU forward and backward, the buggy
-backward that never multiplies by `grad_output`, and square. The launch helpers refuse
-what the kernels cannot handle, and the three Functions wrap the kernels; `TritonGELU`
-and `TritonSquare` record each backward call, as the chapter's listing does.
-"""),
-        code(script["imports"] + "\n" + script["backend"] + "\n\n" + script["triton imports"]),
-        code("\n\n\n".join(script[name].strip("\n") for name in kernel_names(SCRIPT))),
-        code("\n\n\n".join(script[name].strip("\n") for name in
-                           ("KERNEL_DTYPES", "kernel_operands", "device_of", "no_double_backward", "_launch",
-                            "_launch_bwd"))),
-        code(script["call_order"].strip("\n") + "\n" + script["captured_grads"].strip("\n") + "\n\n\n"
-             + "\n\n\n".join(script[name].strip("\n") for name in ("TritonGELU", "TritonGELUBuggy", "TritonSquare"))),
-        markdown("""
-## Drawing the graph from the live objects
-
-The chapter's diagrams are drawn by hand. This recorder (`extras/autograd_diagram.py`)
-walks `loss.grad_fn` through `next_functions`, hooks every node, and runs the backward:
-for each node, the order the engine called it, the `grad_output` it received, and what
-it sent along each edge. `chapter_recordings()` records the chapter's five graphs.
-"""),
-        code(diagram_code),
-        code(CAPTURE_CELL + "\n\n" + DIAGRAM_DISPLAY_CELL),
+        code(CAPTURE_CELL),
         markdown("""
 ## 17.1 What does `grad_output` look like inside a real expression?
 
-`TritonGELU` inside `2 * z + 1`, not alone under `.sum()`. Look for the `grad_output`
-that reaches `TritonGELU`'s node: uniformly **2**, not 1. And the buggy backward, which
-never multiplies by `grad_output`, no longer matches the oracle: nobody built a special
-test input, the `* 2` did it.
+First the kernels and Functions, as the chapter prints them. The backend is chosen before
+Triton is imported, because the interpreter is switched on through the environment.
+"""),
+        code(script["imports"] + "\n" + script["INTERPRET"] + script["backend"] + "\n\n" + script["triton imports"]),
+        code(joined("gelu_forward_kernel")),
+        code(joined("gelu_backward_kernel")),
+        code(joined("gelu_backward_kernel_buggy_no_chain_rule")),
+        code(joined("_launch", "_launch_bwd")),
+        code(script["call_order"].strip("\n") + "\n" + script["captured_grads"].strip("\n") + "\n\n\n"
+             + joined("TritonGELU", "TritonGELUBuggy")),
+        markdown("""
+`TritonGELU` inside `2 * z + 1`, not alone under `.sum()`. Look for the `grad_output` that
+reaches `TritonGELU`'s node: uniformly **2**, not 1. And the buggy backward, which never
+multiplies by `grad_output`, no longer matches the oracle.
 """),
         code(script["section_17_1"].strip("\n") + '\n\n\nrun_section("17.1", section_17_1)'),
-        markdown("""
-The same two runs as the engine saw them. In the correct chain, `TritonGELUBackward`
-receives 2 and sends twice the local derivative; in the buggy chain it receives the same 2
-and sends the local derivative alone: exactly half. The hand-drawn diagram shows `* 2, + 1`
-as one step; autograd records a `MulBackward0` and an `AddBackward0`, and the constants
-(`2`, `1`) as `None` edges.
-"""),
-        code("recordings = chapter_recordings()\nshow(recordings[:2])"),
+        markdown("The two gradients themselves: the buggy one is exactly half the correct one, the missing `* 2`."),
+        code(WORKED_EXAMPLE_17_1_2),
         markdown("""
 ## 17.2 In what order does backward run, and how is the graph wired?
 
@@ -291,12 +302,30 @@ as one step; autograd records a `MulBackward0` and an `AddBackward0`, and the co
 being `True` (the very same object, not a look-alike), and for the call order:
 `TritonSquare.backward` first, then `TritonGELU.backward`, the reverse of the forward.
 """),
+        code(joined("square_forward_kernel")),
+        code(joined("square_backward_kernel")),
+        code(joined("TritonSquare")),
         code(script["section_17_2"].strip("\n") + '\n\n\nrun_section("17.2", section_17_2)'),
+        markdown("The raw objects, as Worked Example 17.2.1 prints them: `y`'s node points at `z`'s node, "
+                 "which points at the `AccumulateGrad` that writes `x.grad`."),
+        code(WORKED_EXAMPLE_17_2_1),
         markdown("""
-The drawing goes from `loss.grad_fn` straight to `TritonSquareBackward`; the live graph
-has a `SumBackward0` in front, called first.
+## Drawing the graph from the live objects
+
+The chapter draws its graphs by hand. The collapsed cell below holds a recorder
+(`extras/autograd_diagram.py`) that walks `loss.grad_fn` through `next_functions`, hooks
+every node, and runs the backward: for each node, the order the engine called it, the
+`grad_output` it received, and what it sent along each edge. Run it; open it if you are curious.
 """),
-        code("show(recordings[2:3])"),
+        collapsed(recorder),
+        code(DIAGRAM_DISPLAY_CELL),
+        markdown("""
+17.1 and 17.2 as the engine saw them. In the correct chain `TritonGELUBackward` receives 2
+and sends twice the local derivative; in the buggy chain it receives the same 2 and sends
+the local derivative alone. The hand-drawn `* 2, + 1` is a `MulBackward0` and an
+`AddBackward0`. In 17.2, a `SumBackward0` runs before `TritonSquareBackward`.
+"""),
+        code("recordings = chapter_recordings()\nshow(recordings[:3])"),
         markdown("""
 ## 17.3 What does a backward receive when its output is used twice?
 
@@ -305,19 +334,15 @@ with the contributions already summed: 2 for `z.sum() + z.sum()`, 5 for
 `(2 * z).sum() + (3 * z).sum()`.
 """),
         code(script["section_17_3"].strip("\n") + '\n\n\nrun_section("17.3", section_17_3)'),
-        markdown("""
-Each consumer has a `MulBackward0` and a `SumBackward0` of its own, joined by an
-`AddBackward0`. The recording shows each contribution and their sum arriving at one call
-of `TritonGELUBackward`, in the order the engine delivered them.
-"""),
+        markdown("Each contribution and their sum, arriving at one call of `TritonGELUBackward`:"),
         code("show(recordings[3:])"),
+        markdown(SUMMARY),
         markdown("""
 ## Does this machine reproduce the chapter?
 
-The output above, section by section, against the chapter's *Expected Output*, as
-`check_outputs.sh` checks the scripts.
+The output above against the chapter's, as `check_outputs.sh` checks the scripts.
 """),
-        code(CHECK_CELL_TEMPLATE.format(expected=EXPECTED.read_text())),
+        code(CHECK_CELL_TEMPLATE.format(expected=expected_sections())),
     ]
 
 

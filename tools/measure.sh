@@ -19,9 +19,10 @@ PYTHON=${PYTHON:-python3}
 export PYTHON PYTHONUNBUFFERED=1
 
 STEPS=(checker-cold checker-warm interpret-spellings pytest train-fp32 train-bf16 train-compile
-  train-checkpoint triton-op diagram diagram-overhead notebook large-tensor-listing large-tensor
+  train-checkpoint triton-op diagram diagram-overhead notebook listing-failures large-tensor-listing large-tensor
   bandwidth-blocks mlp-step mlp-explain)
-CPU_STEPS=(checker checker-one-core pytest train-defaults triton-op diagram diagram-overhead-cpu notebook)
+CPU_STEPS=(checker checker-one-core pytest train-defaults triton-op diagram diagram-overhead-cpu notebook
+  listing-failures)
 
 # shellcheck source=tools/steps.sh
 . "$(dirname "$0")/steps.sh"
@@ -53,17 +54,10 @@ diagram_matches_golden() {
   return "$status"
 }
 
-# The printed listing, from the repository's first commit (or LISTING, a copy of it, where
-# there is no git history).
+# The printed listing past 2**31 elements. It is expected to fail: that is the measurement.
 listing_past_2_31() {
-  local listing=${LISTING:-} status=0
-  if [ -z "$listing" ]; then
-    listing=$(mktemp --suffix=.py)
-    git show "$(git rev-list --max-parents=0 HEAD)":04_standalone_complete.py >"$listing" || return 1
-  fi
-  "$PYTHON" benchmarks/large_tensor.py --script "$listing" || status=$?
-  [ -n "${LISTING:-}" ] || rm -f "$listing"
-  # The printed listing is expected to fail: that is the measurement.
+  local status=0
+  "$PYTHON" benchmarks/large_tensor.py --script listings/04_standalone_complete.py || status=$?
   [ "$status" -ne 0 ]
 }
 
@@ -83,6 +77,15 @@ diagram_overhead() {
 
 notebook() {
   "$PYTHON" tools/run_notebook.py notebooks/chapter17.ipynb --output "$out/chapter17.ipynb"
+}
+
+tree_description() {
+  local described
+  described=$(git describe --always --dirty 2>/dev/null) || { echo unknown; return; }
+  case "$described" in
+    *-dirty) printf '%s (uncommitted diff sha256 %s)\n' "$described" "$(git diff HEAD | sha256sum | cut -c1-16)" ;;
+    *) printf '%s\n' "$described" ;;
+  esac
 }
 
 run_step() {
@@ -108,6 +111,7 @@ run_step() {
     train-defaults) step "$1" "$PYTHON" extras/train_mlp.py --plot "$out/train_mlp.png" ;;
     diagram-overhead-cpu) step "$1" "$PYTHON" extras/autograd_diagram.py --overhead --batch 64 ;;
     mlp-explain) step "$1" "$PYTHON" benchmarks/mlp_step.py --explain --models 1x4096,8x1024 --dtypes fp32,bf16 ;;
+    listing-failures) step "$1" "$PYTHON" tools/listing_failures.py $large ;;
     *) printf 'measure.sh: unknown step %s; steps: %s; CPU steps: %s\n' "$1" "${STEPS[*]}" "${CPU_STEPS[*]}" >&2; exit 2 ;;
   esac
 }
@@ -120,12 +124,23 @@ main() {
   if [ "${1:-}" = --cpu ]; then defaults=("${CPU_STEPS[@]}"); shift; fi
   local chosen=("$@")
   [ ${#chosen[@]} -gt 0 ] || chosen=("${defaults[@]}")
+  # Every step name is checked before any step runs: a typo must not cost a long run first.
+  for name in "${chosen[@]}"; do
+    if [[ " ${STEPS[*]} ${CPU_STEPS[*]} " != *" $name "* ]]; then
+      printf 'measure.sh: unknown step %s; steps: %s; CPU steps: %s\n' "$name" "${STEPS[*]}" "${CPU_STEPS[*]}" >&2
+      exit 2
+    fi
+  done
+  # On a GPU, listing-failures also runs the 2**31 + 4096 case (about 40 GiB of GPU memory).
+  large=""
+  [ "${defaults[0]}" = checker ] || large=--large
   failures=0
   # OUTPUT_DIR is the reader's, from where they started: made and resolved before the cd.
   mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
   cd "$(dirname "$0")/.." || exit 2
-  # COMMIT: the commit this tree is, where it is a copy without git history.
-  printf 'commit %s\n' "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+  # The tree measured: git describe, with -dirty and a hash of the uncommitted diff where the tree
+  # has changes. COMMIT, where the tree is a copy without git history, names it instead.
+  printf 'tree %s\n' "${COMMIT:-$(tree_description)}"
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1 ||
     printf 'no nvidia-smi; %s CPU core(s)\n' "$(nproc)"
   "$PYTHON" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.version.cuda)'

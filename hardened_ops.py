@@ -1,0 +1,302 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "torch==2.13.0",
+#     "triton==3.7.1; sys_platform == 'linux'",
+#     "triton-windows==3.7.1.post27; sys_platform == 'win32'",
+#     "numpy==2.4.6; python_version >= '3.11'",
+#     "numpy==2.2.6; python_version < '3.11'",
+# ]
+# ///
+"""
+The chapter's op, hardened for your own code
+============================================
+
+To read along with Chapter 17, run the four numbered scripts: they are the book's
+listings. To take ``TritonGELU`` (or ``TritonSquare``) into a model of your own,
+import it from here::
+
+    from hardened_ops import TritonGELU, TritonGELUModule
+    y = TritonGELU.apply(x)            # or TritonGELUModule() inside nn.Sequential
+
+The kernels are the chapter's, and so is the pattern (a ``torch.autograd.Function``
+whose backward launches a Triton kernel). What this file adds is what the printed
+kernels get wrong on inputs the chapter never gives them. Each row was run against
+the printed listing (``tools/listing_failures.py``; its logs are in
+``benchmarks/results/``):
+
+=============================  ====================================================  ==========================
+Added here                     What the printed listing does without it              Test
+=============================  ====================================================  ==========================
+int64 program offsets          2**31 + 4096 fp32 elements on the H200: "CUDA error:  test_hardening.py::
+                               an illegal memory access was encountered"             test_more_than_2_to_the_31
+fp16/bf16 computed in fp32     bf16 and fp16 fail inside ``tl.math.erf``, which      test_against_pytorch.py
+                               takes fp32 and fp64 only
+dtype, device, shape checks    an int64 or CPU tensor reaches the kernel: a crash    test_hardening.py
+                               deep in Triton, or garbage
+``.contiguous()`` on inputs    ``x.t()``, ``x[:, ::3]``: wrong numbers, no error     test_hardening.py
+launch on the tensor's GPU     a tensor on ``cuda:1`` while ``cuda:0`` is current    test_hardening.py (2 GPUs)
+                               is refused by Triton
+refused double backward        ``create_graph=True`` silently drops GELU's           test_hardening.py
+                               second-order term (the gradient is taken as constant)
+BLOCK from the element size    (speed, not correctness) bf16 with 2048-element       benchmarks/gelu_bandwidth.py
+                               blocks: +7.9 % forward, +3.6 % backward at 2**30
+=============================  ====================================================  ==========================
+
+Unlike the chapter's scripts, the Functions here keep no record of their calls, so
+``torch.compile(fullgraph=True)`` compiles them (``extras/triton_op.py`` shows it).
+
+Where the kernels run: on a CUDA (or ROCm) GPU when PyTorch sees one. Without one,
+importing this module switches Triton's interpreter on (``TRITON_INTERPRET=1``)
+before Triton is imported, so the same code runs, slowly, on the CPU. Import it
+before anything else imports triton for that to take effect.
+"""
+import contextlib
+import functools
+import os
+
+import torch
+
+INTERPRET_SPELLINGS = ("1", "true", "yes", "y", "on")  # what Triton 3.7 reads as on, in any case
+
+# The interpreter is switched on through the environment, so this comes before triton is
+# imported. Older Tritons read only "1", so every spelling of on is written back as "1".
+if os.environ.get("TRITON_INTERPRET", "").lower() in INTERPRET_SPELLINGS:
+    os.environ["TRITON_INTERPRET"] = "1"
+    DEVICE = torch.device("cpu")
+    BACKEND = "TRITON_INTERPRET=1: running on the CPU through the Triton interpreter"
+elif torch.cuda.is_available():
+    DEVICE = torch.device("cuda", torch.cuda.current_device())
+    BACKEND = f"running on {torch.cuda.get_device_name(DEVICE)} ({'ROCm' if torch.version.hip else 'CUDA'})"
+else:
+    os.environ["TRITON_INTERPRET"] = "1"
+    DEVICE = torch.device("cpu")
+    BACKEND = "no CUDA GPU visible: running on the CPU through the Triton interpreter"
+
+import triton  # noqa: E402  (after the backend choice above)
+import triton.language as tl  # noqa: E402
+
+
+# ---------------------------------------------------------------------------
+# The kernels: the chapter's, with int64 offsets and fp16/bf16 computed in fp32
+# ---------------------------------------------------------------------------
+
+@triton.jit
+def compute_dtype(v):
+    # tl.math.erf takes only fp32 and fp64, so fp16 and bf16 values are computed in
+    # fp32; fp64 stays fp64. tl.store rounds back to the tensor's dtype.
+    if v.dtype != tl.float64:
+        v = v.to(tl.float32)
+    return v
+
+
+@triton.jit
+def gelu_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK wraps past 2**31 elements in int32
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))
+    SQRT_2_INV: tl.constexpr = 0.7071067811865476
+    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
+    out = x * cdf
+    tl.store(out_ptr + offsets, out, mask=mask)
+
+
+@triton.jit
+def gelu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK wraps past 2**31 elements in int32
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))
+    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))
+    SQRT_2_INV: tl.constexpr = 0.7071067811865476
+    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
+    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
+    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
+    d_gelu = cdf + x * pdf  # d/dx[x * Phi(x)] = Phi(x) + x * phi(x)
+    grad_in = grad_out * d_gelu  # the chain rule: dL/dx = dL/dz * dz/dx
+    tl.store(grad_in_ptr + offsets, grad_in, mask=mask)
+
+
+@triton.jit
+def gelu_backward_kernel_buggy_no_chain_rule(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK wraps past 2**31 elements in int32
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))
+    SQRT_2_INV: tl.constexpr = 0.7071067811865476
+    SQRT_2PI_INV: tl.constexpr = 0.3989422804014327
+    cdf = 0.5 * (1.0 + tl.math.erf(x * SQRT_2_INV))
+    pdf = SQRT_2PI_INV * tl.exp(-0.5 * x * x)
+    d_gelu = cdf + x * pdf
+    tl.store(grad_in_ptr + offsets, d_gelu, mask=mask)  # BUG: never multiplied by grad_out
+
+
+@triton.jit
+def square_forward_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK wraps past 2**31 elements in int32
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))
+    tl.store(out_ptr + offsets, x * x, mask=mask)
+
+
+@triton.jit
+def square_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK wraps past 2**31 elements in int32
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = compute_dtype(tl.load(x_ptr + offsets, mask=mask, other=0.0))
+    grad_out = compute_dtype(tl.load(grad_out_ptr + offsets, mask=mask, other=0.0))
+    tl.store(grad_in_ptr + offsets, grad_out * 2.0 * x, mask=mask)  # d/dx[x^2] = 2x, times dL/dy
+
+
+# ---------------------------------------------------------------------------
+# The launch helpers: checks, contiguous operands, a block of 4 KiB, the tensor's own GPU
+# ---------------------------------------------------------------------------
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def kernel_operands(*tensors):
+    """The tensors as the kernels need them: one flat, contiguous run of floats on one device of
+    DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else would give silently
+    wrong numbers, so it is refused, or (for other strides) copied once into a contiguous tensor."""
+    for t in tensors:
+        if t.dtype not in KERNEL_DTYPES:
+            raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
+        if t.device.type != DEVICE.type:
+            raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
+                             f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
+        if t.device != tensors[0].device:
+            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
+        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
+            raise ValueError(f"the kernels need operands of one shape and dtype, got "
+                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
+    return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
+
+
+def device_of(t):
+    """Triton launches on the current CUDA device and refuses a tensor on another GPU (cuda:1
+    while cuda:0 is current, as on every rank but 0 of a multi-GPU job that imported this module
+    before choosing its device), so each launch is made with the tensor's own device current."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+
+
+def block_for(t):
+    """4 KiB a program: fp32 keeps the chapter's 1024 elements, bf16 and fp16 get 2048."""
+    return 4096 // t.element_size()
+
+
+def launch_forward(kernel, x, BLOCK=None):
+    """out = kernel(x), elementwise; BLOCK defaults to block_for(x)."""
+    x, = kernel_operands(x)
+    BLOCK = BLOCK or block_for(x)
+    out = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    with device_of(x):
+        kernel[grid](x, out, n, BLOCK=BLOCK)
+    return out
+
+
+def launch_backward(kernel, grad_output, x, BLOCK=None):
+    """grad_input = kernel(grad_output, x), elementwise; BLOCK defaults to block_for(x)."""
+    grad_output, x = kernel_operands(grad_output, x)
+    BLOCK = BLOCK or block_for(x)
+    grad_input = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    with device_of(x):
+        kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
+    return grad_input
+
+
+def no_double_backward(backward):
+    """The backward launches a kernel, so the gradient it returns carries no graph, and a double
+    backward (create_graph=True, as in a gradient penalty) would silently treat it as a constant.
+    torch's once_differentiable only catches the case where grad_output requires grad, not where
+    x does, so the check is made on the grad mode that create_graph=True switches on."""
+    @functools.wraps(backward)
+    def backward_without_graph(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError(f"{backward.__qualname__} has no derivative of its own: double backward "
+                               "(create_graph=True) through the Triton kernels is not supported")
+        return backward(ctx, *grad_outputs)
+    return backward_without_graph
+
+
+# ---------------------------------------------------------------------------
+# The Functions: the chapter's, without its instrumentation (no side effects)
+# ---------------------------------------------------------------------------
+
+class TritonGELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = launch_forward(gelu_forward_kernel, x)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        # dL/dx = grad_output * (Phi(x) + x * phi(x)): any grad_output, not only ones
+        return launch_backward(gelu_backward_kernel, grad_output, x)
+
+
+class TritonGELUBuggy(torch.autograd.Function):
+    """Chapter 16's bug, kept for demonstrations: the backward never multiplies by grad_output."""
+    @staticmethod
+    def forward(ctx, x):
+        out = launch_forward(gelu_forward_kernel, x)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return launch_backward(gelu_backward_kernel_buggy_no_chain_rule, grad_output, x)
+
+
+class TritonSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = launch_forward(square_forward_kernel, x)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return launch_backward(square_backward_kernel, grad_output, x)  # dL/dx = grad_output * 2x
+
+
+class FunctionModule(torch.nn.Module):
+    """An autograd.Function as a module, for nn.Sequential. It calls function.apply(x) in its
+    forward: a module that stored the bound .apply instead made torch.compile break the graph."""
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function.apply(x)
+
+
+class TritonGELUModule(FunctionModule):
+    """TritonGELU as a drop-in for torch.nn.GELU(approximate="none")."""
+    def __init__(self):
+        super().__init__(TritonGELU)
+
+
+if __name__ == "__main__":
+    # A quick self-test against PyTorch, with a random (not uniform) grad_output.
+    print(BACKEND)
+    x = torch.randn(3, 1000, dtype=torch.float64).to(DEVICE).t().requires_grad_(True)
+    grad_output = torch.randn(1000, 3, dtype=torch.float64).to(DEVICE)
+    TritonGELU.apply(x).backward(grad_output)
+    expected = torch.ops.aten.gelu_backward(grad_output, x.detach())
+    print("TritonGELU on a transposed fp64 input, random grad_output: gradient allclose to PyTorch?",
+          torch.allclose(x.grad, expected))
