@@ -39,21 +39,52 @@ def test_the_code_cells_are_the_scripts_verbatim():
         block = script[start:script.index("\n\n\n", start)]
         assert block in code, f"04's {name} is not verbatim in the notebook"
     assert "def record_backward(" in code
-    assert repr((REPO / "expected_output/04_standalone_complete.txt").read_text()) in code
+    assert repr(build_notebook.expected_sections()) in code
+
+
+def cell_text(cell):
+    return "".join(cell["source"])
+
+
+def test_the_lesson_comes_before_any_long_cell():
+    """The first chapter result (17.1's run) comes before any code cell longer than 40 lines."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    first_result = next(i for i, c in enumerate(cells) if 'run_section("17.1", section_17_1)' in cell_text(c))
+    longest = max(len(cell_text(c).splitlines()) for c in cells[:first_result + 1] if c["cell_type"] == "code")
+    assert longest <= 40, f"a code cell of {longest} lines comes before the first result (cell {first_result})"
+    assert "hardened_ops" not in "".join(cell_text(c) for c in cells) and "kernel_operands" not in cell_text(cells[4])
+
+
+def test_the_recorder_is_collapsed_and_comes_after_the_first_result():
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    recorder = next(i for i, c in enumerate(cells) if "def record_backward(" in cell_text(c))
+    first_result = next(i for i, c in enumerate(cells) if 'run_section("17.1", section_17_1)' in cell_text(c))
+    assert recorder > first_result
+    assert cells[recorder]["metadata"] == {"cellView": "form", "jupyter": {"source_hidden": True}}
+    assert cell_text(cells[recorder]).startswith("# @title ")
+
+
+def test_the_notebook_prints_what_the_book_prints_and_ends_with_the_questions():
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    code = "\n".join(cell_text(c) for c in cells if c["cell_type"] == "code")
+    assert 'print("y.grad_fn.next_functions:", y.grad_fn.next_functions)' in code
+    assert 'print("buggy chain x.grad:  ", x_buggy.grad.cpu())' in code
+    summary = "".join(cell_text(c) for c in cells[-3:])
+    assert summary.count("\n1. ") == 1 and "\n5. " in summary and "Self-check questions" in summary
 
 
 def test_the_committed_notebook_shows_a_gpu_run():
     notebook = json.loads(NOTEBOOK.read_text())
-    environment = "".join(run_notebook.output_text(notebook["cells"][2]))
+    environment = "".join(run_notebook.output_text(notebook["cells"][1]))
     assert "compute capability" in environment, "commit the notebook with its outputs from a GPU run"
-    assert run_notebook.output_text(notebook["cells"][-1]).rstrip().endswith("3 passed, 0 failed")
+    assert run_notebook.output_text(notebook["cells"][-1]).rstrip().endswith("5 passed, 0 failed")
 
 
 def test_the_notebook_runs_here_and_its_check_passes(tmp_path):
     executed = tmp_path / "executed.ipynb"
     assert run_notebook.main([str(NOTEBOOK), "--output", str(executed)]) == 0
     last = run_notebook.output_text(json.loads(executed.read_text())["cells"][-1])
-    assert last.rstrip().endswith("3 passed, 0 failed"), last
+    assert last.rstrip().endswith("5 passed, 0 failed"), last
 
 
 def test_the_notebook_runs_alone_with_only_torch_triton_and_numpy(tmp_path):
@@ -85,7 +116,7 @@ def test_the_notebook_runs_alone_with_only_torch_triton_and_numpy(tmp_path):
                          text=True, timeout=900, cwd=alone,
                          env={**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter"), "PYTHONPATH": ""})
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.rstrip().endswith("3 passed, 0 failed"), run.stdout
+    assert run.stdout.rstrip().endswith("5 passed, 0 failed"), run.stdout
     assert sorted(p.name for p in alone.iterdir()) == ["chapter17.ipynb"], "the run left files behind"
 
 
