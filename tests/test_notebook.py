@@ -60,7 +60,8 @@ def test_the_recorder_is_collapsed_and_comes_after_the_first_result():
     recorder = next(i for i, c in enumerate(cells) if "def record_backward(" in cell_text(c))
     first_result = next(i for i, c in enumerate(cells) if 'run_section("17.1", section_17_1)' in cell_text(c))
     assert recorder > first_result
-    assert cells[recorder]["metadata"] == {"cellView": "form", "jupyter": {"source_hidden": True}}
+    metadata = cells[recorder]["metadata"]  # an executed notebook adds its timings beside these
+    assert metadata["cellView"] == "form" and metadata["jupyter"] == {"source_hidden": True}
     assert cell_text(cells[recorder]).startswith("# @title ")
 
 
