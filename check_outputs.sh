@@ -31,7 +31,7 @@ set -euo pipefail
 
 readonly ADDRESS_MASK='0x<address>'
 readonly STDERR_TAIL_LINES=25
-# Measured, four scripts at once (logs under benchmarks/results/, listed in docs/verified-with.md):
+# Measured, four scripts at once (logs under benchmarks/results/, listed in docs/provenance.md):
 #   CPU interpreter, two cores: 5.3 s in all; one core (taskset -c 0): 10.0 s (cpu_session.log)
 #   H200, cold Triton cache: 5.5 to 5.8 s a script, 9.3 s in all (h200_gpu_session.log)
 #   linux/arm64 container under qemu emulation on two x86 cores: 50 to 52 s a script

@@ -8,7 +8,7 @@ heavier? This times extras/train_mlp.py's block (LayerNorm, Linear(d, 4d), GELU,
 Linear(4d, d)), alone and as a stack, with three activations:
 
   nn.GELU      PyTorch's own (approximate="none")
-  TritonGELU   the chapter's torch.autograd.Function (extras/train_mlp.py's copy)
+  TritonGELU   the chapter's torch.autograd.Function (hardened_ops.py's, through extras/train_mlp.py)
   triton_op    the same kernels as the chapter17::gelu operator (extras/triton_op.py)
 
 in two modes, eager and torch.compile (default mode), in fp32 and in bf16 under
@@ -20,7 +20,7 @@ that compute GELU or its gradient: under torch.compile, nn.GELU sits inside Indu
 fused kernels, while the Triton versions stay kernels of their own.
 
     python benchmarks/mlp_step.py                 # on a CUDA GPU: table, CSV, Markdown, PNG
-    python benchmarks/mlp_step.py --dry-run       # anywhere: a tiny model, eager only, to check the output
+    python benchmarks/mlp_step.py --dry-run       # anywhere: a tiny model, eager only, written to a temporary folder
 
 Without a GPU (and without --dry-run) it says so and exits 2.
 """
@@ -30,12 +30,14 @@ import importlib.util
 import re
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+COMMITTED_RESULTS = REPO / "benchmarks" / "results" / "mlp_step_h200.csv"
 ACTIVATIONS = ("nn.GELU", "TritonGELU", "triton_op")
 MODES = ("eager", "compile")
 DTYPES = ("fp32", "bf16")
@@ -89,14 +91,22 @@ def parse_args(argv=None):
                         help="instead of timing: torch._dynamo.explain of each activation's forward (graphs, breaks)")
     parser.add_argument("--dry-run", action="store_true",
                         help="a tiny model (1x32, 64 tokens), eager, timed with a clock: runs anywhere")
-    parser.add_argument("--label", default="h200", help="names the result files (default h200)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results",
-                        help="folder for mlp_step_LABEL.csv, .md and .png (default benchmarks/results)")
+    parser.add_argument("--label", default=None, help="names the result files (default h200; dry-run for --dry-run)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for mlp_step_LABEL.csv, .md and .png (default benchmarks/results; "
+                             "a new temporary folder for --dry-run)")
     args = parser.parse_args(argv)
     if args.tokens < 1:
         parser.error("--tokens must be at least 1")
     if args.dry_run:
         args.models, args.tokens, args.modes = [(1, 32)], 64, ["eager"]
+        args.label = args.label or "dry-run"
+        args.out = args.out or Path(tempfile.mkdtemp(prefix="mlp_step_dry_run_"))
+        if (args.out.resolve() / f"mlp_step_{args.label}.csv") == COMMITTED_RESULTS:
+            parser.error(f"--dry-run would overwrite the committed results {COMMITTED_RESULTS.relative_to(REPO)}: "
+                         "give it another --label or --out")
+    args.label = args.label or "h200"
+    args.out = args.out or REPO / "benchmarks" / "results"
     return args
 
 

@@ -17,8 +17,8 @@ kernels are launched on a GPU other than the one current at import.
 Without GPUs the second form needs no TRITON_INTERPRET=1: the CPU is then the only
 choice. On a machine with fewer GPUs than ranks on it it says so and exits 2.
 
-Unlike the other extras it is not self-contained: it builds on train_mlp.py (the
-model, the data, one-process training) and imports it.
+It builds on train_mlp.py (the model, the data, one-process training) and imports it;
+the kernels come, through it, from hardened_ops.py.
 """
 import argparse
 import os

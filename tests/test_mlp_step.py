@@ -47,3 +47,16 @@ def test_dry_run_writes_the_table_csv_and_summary(tmp_path):
 def test_bad_arguments_are_refused(args, message):
     result = run(*args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_a_dry_run_never_touches_the_committed_results(tmp_path):
+    committed = REPO / "benchmarks/results/mlp_step_h200.csv"
+    before = committed.read_bytes()
+    result = run("--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert committed.read_bytes() == before
+    written = [line for line in result.stdout.splitlines() + result.stderr.splitlines() if "mlp_step_dry-run.csv" in line]
+    assert written and "benchmarks/results" not in written[0], written
+    refused = run("--dry-run", "--label", "h200", "--out", str(REPO / "benchmarks/results"))
+    assert refused.returncode == 2 and "would overwrite the committed results" in refused.stderr
+    assert committed.read_bytes() == before
