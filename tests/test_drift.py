@@ -5,8 +5,9 @@
   the generated notebook, has the same parsed AST in each.
 - The scripts' backend choice is the same in every script.
 - hardened_ops.py is the one hardened copy: outside the scripts, listings/, the
-  notebook and hardened_ops.py, no file defines a kernel (the extras, benchmarks and
-  tools import them).
+  notebooks, hardened_ops.py and the exercises' own new kernels (practice/), no file
+  defines a kernel (the extras, benchmarks and tools import them). The practice
+  notebook's copies of hardened_ops.py's and the exercises' kernels are identical to them.
 - Each autograd Function launches its own kernels, in the scripts and in the module.
 """
 import ast
@@ -17,7 +18,10 @@ import pytest
 from chapter_scripts import REPO, SCRIPT_NAMES
 
 NOTEBOOK = "notebooks/chapter17"
+PRACTICE_NOTEBOOK = "notebooks/practice"
 MODULE = "hardened_ops"
+EXERCISES = "practice/exercises"
+SOLUTIONS = "practice/solutions"
 
 # What each file must define, for its story and for the tests. The tests pick the scripts to
 # run against by the names they define (chapter_scripts.scripts_defining): a name renamed in
@@ -43,6 +47,11 @@ REQUIRED_NAMES = {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
         "section_17_1", "section_17_2", "section_17_3", "record_backward", "render_ascii"},
+    EXERCISES: {"mul_forward_kernel", "silu_forward_kernel", "TritonMul", "TritonSiLU", "EXERCISES", "grade"},
+    SOLUTIONS: {"mul_backward_kernel", "silu_backward_kernel", "TritonMul", "TritonSiLU"},
+    PRACTICE_NOTEBOOK: COMMON | {
+        "launch_forward", "launch_backward", "check_backward", "mul_forward_kernel", "silu_forward_kernel",
+        "TritonMul", "TritonSiLU", "EXERCISES", "grade", "question_1", "question_5"},
 }
 
 
@@ -50,15 +59,17 @@ def parse(name):
     return ast.parse((REPO / f"{name}.py").read_text(), filename=f"{name}.py")
 
 
-def parse_notebook():
-    cells = json.loads((REPO / f"{NOTEBOOK}.ipynb").read_text())["cells"]
+def parse_notebook(name):
+    cells = json.loads((REPO / f"{name}.ipynb").read_text())["cells"]
     sources = ("".join(c["source"]) for c in cells if c["cell_type"] == "code")  # a string, or a list of lines
     return ast.parse("\n\n".join(s for s in sources if not s.lstrip().startswith(("!", "%"))),
-                     filename=f"{NOTEBOOK}.ipynb")
+                     filename=f"{name}.ipynb")
 
 
-TREES = {name: parse(name) for name in SCRIPT_NAMES + (MODULE,)} | {NOTEBOOK: parse_notebook()}
-BOOK_COPIES = SCRIPT_NAMES + (NOTEBOOK,)  # the book's kernels, as printed
+TREES = ({name: parse(name) for name in SCRIPT_NAMES + (MODULE, EXERCISES, SOLUTIONS)}
+         | {name: parse_notebook(name) for name in (NOTEBOOK, PRACTICE_NOTEBOOK)})
+# Files whose kernels of one name must be identical: the book's kernels as printed, and the hardened ones.
+FAMILIES = {"book": SCRIPT_NAMES + (NOTEBOOK,), "hardened": (MODULE, EXERCISES, SOLUTIONS, PRACTICE_NOTEBOOK)}
 
 
 def definitions(tree):
@@ -84,10 +95,11 @@ def functions(tree):
 
 
 def shared_kernels():
-    for a, b in combinations(BOOK_COPIES, 2):
-        kernels_a, kernels_b = kernels(TREES[a]), kernels(TREES[b])
-        for name in sorted(kernels_a.keys() & kernels_b.keys()):
-            yield pytest.param(name, a, kernels_a[name], b, kernels_b[name], id=f"{name}-{a[:2]}-vs-{b[:2]}")
+    for family, members in FAMILIES.items():
+        for a, b in combinations(members, 2):
+            kernels_a, kernels_b = kernels(TREES[a]), kernels(TREES[b])
+            for name in sorted(kernels_a.keys() & kernels_b.keys()):
+                yield pytest.param(name, a, kernels_a[name], b, kernels_b[name], id=f"{name}-{a}-vs-{b}")
 
 
 @pytest.mark.parametrize("name, a, kernel_a, b, kernel_b", list(shared_kernels()))
@@ -107,13 +119,13 @@ def backend_choice(tree):
 def test_backend_choice_is_identical_in_every_copy_of_the_book():
     first = backend_choice(TREES[SCRIPT_NAMES[0]])
     assert len(first) == 2, "expected INTERPRET and the backend `if` at the top level of each script"
-    for name in BOOK_COPIES:
+    for name in FAMILIES["book"]:
         assert backend_choice(TREES[name]) == first, f"{name} chooses its backend differently from {SCRIPT_NAMES[0]}"
 
 
 def test_no_other_file_defines_a_kernel():
     """The extras, benchmarks, tools and tests import the kernels from hardened_ops.py (or load a script)."""
-    allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE,)}
+    allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE, EXERCISES, SOLUTIONS)}
     copies = []
     for path in sorted(REPO.rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()
@@ -142,6 +154,7 @@ def launched_kernels(tree, method):
 
 
 def test_every_function_launches_its_own_kernels():
+    """The chapter's Functions, wherever they are defined (the exercises' are wrong on purpose)."""
     expected = {
         "TritonGELU": ({"gelu_forward_kernel"}, {"gelu_backward_kernel"}),
         "TritonGELUBuggy": ({"gelu_forward_kernel"}, {"gelu_backward_kernel_buggy_no_chain_rule"}),
@@ -149,6 +162,8 @@ def test_every_function_launches_its_own_kernels():
     }
     for name, tree in TREES.items():
         for function, cls in functions(tree).items():
+            if function not in expected:
+                continue
             methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
             launched = (launched_kernels(tree, methods["forward"]), launched_kernels(tree, methods["backward"]))
             assert launched == expected[function], f"{name}: {function} launches {launched}"
@@ -177,6 +192,8 @@ def test_the_drift_guard_sees_every_kernel():
     expected = {
         "01_chained_expression": gelu | buggy, "02_graph_structure": gelu | square, "03_fan_in": gelu,
         "04_standalone_complete": gelu | square | buggy, MODULE: gelu | square | buggy | {"compute_dtype"},
-        NOTEBOOK: gelu | square | buggy,
+        NOTEBOOK: gelu | square | buggy, EXERCISES: {"mul_forward_kernel", "silu_forward_kernel"},
+        SOLUTIONS: {"mul_backward_kernel", "silu_backward_kernel"},
+        PRACTICE_NOTEBOOK: gelu | square | buggy | {"compute_dtype", "mul_forward_kernel", "silu_forward_kernel"},
     }
     assert {name: set(kernels(tree)) for name, tree in TREES.items()} == expected

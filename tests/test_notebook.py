@@ -1,4 +1,4 @@
-"""notebooks/chapter17.ipynb: generated from the scripts, and it runs.
+"""notebooks/chapter17.ipynb and practice.ipynb: generated from the scripts and practice/, and they run.
 
 The committed notebook carries an H200 run's outputs; these tests execute copies of it
 and never rewrite it.
@@ -13,8 +13,10 @@ import pytest
 from chapter_scripts import REPO
 
 NOTEBOOK = REPO / "notebooks/chapter17.ipynb"
+PRACTICE = REPO / "notebooks/practice.ipynb"
 sys.path.insert(0, str(REPO / "tools"))
 import build_notebook  # noqa: E402
+import build_practice_notebook  # noqa: E402
 import run_notebook  # noqa: E402
 
 
@@ -88,37 +90,72 @@ def test_the_notebook_runs_here_and_its_check_passes(tmp_path):
     assert last.rstrip().endswith("5 passed, 0 failed"), last
 
 
-def test_the_notebook_runs_alone_with_only_torch_triton_and_numpy(tmp_path):
-    """What an upload amounts to: a folder holding only the notebook, and a kernel whose Python
-    has torch, triton and numpy (the pinned ones) and ipykernel, nothing of this repository."""
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "chapter17.ipynb").write_bytes(NOTEBOOK.read_bytes())
-    environment = tmp_path / "env"
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory):
+    """A Python holding only torch, triton and numpy (the pinned ones) and ipykernel, nothing of this
+    repository, and a Jupyter kernel named "alone" that runs it."""
+    root = tmp_path_factory.mktemp("bare")
+    environment = root / "env"
     venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
     pins = [line.split(";")[0].strip() for line in (REPO / "requirements.txt").read_text().splitlines()
             if line.startswith(("torch==", "triton==", "numpy==", "ipykernel=="))
             and (";" not in line or eval_marker(line.split(";", 1)[1]))]
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "15", *pins], capture_output=True, text=True,
-                             timeout=900)
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "15", *pins],
+                             capture_output=True, text=True, timeout=900)
     if install.returncode != 0 and "connection" in install.stderr.lower():
         pytest.skip(f"no package registry reachable to build the bare environment: {install.stderr[-300:]}")
     assert install.returncode == 0, install.stderr
     listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
     installed = {line.split("==")[0].lower() for line in listed.stdout.splitlines()}
     assert not installed & {"pytest", "matplotlib", "nbclient"}, "the bare environment has more than it should"
-    kernels = tmp_path / "jupyter" / "kernels" / "alone"
+    kernels = root / "jupyter" / "kernels" / "alone"
     kernels.mkdir(parents=True)
     (kernels / "kernel.json").write_text(json.dumps({
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "alone", "language": "python"}))
-    run = subprocess.run([sys.executable, "-c", RUN_WITH_KERNEL, str(alone / "chapter17.ipynb")], capture_output=True,
+    return root / "jupyter"
+
+
+@pytest.mark.parametrize("notebook, summary", [(NOTEBOOK, "5 passed, 0 failed"), (PRACTICE, "15 passed, 0 failed")],
+                         ids=["chapter17", "practice"])
+def test_the_notebook_runs_alone_with_only_torch_triton_and_numpy(bare_python, tmp_path, notebook, summary):
+    """What an upload amounts to: a folder holding only the notebook, and a kernel whose Python has
+    nothing of this repository."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / notebook.name).write_bytes(notebook.read_bytes())
+    run = subprocess.run([sys.executable, "-c", RUN_WITH_KERNEL, str(alone / notebook.name)], capture_output=True,
                          text=True, timeout=900, cwd=alone,
-                         env={**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter"), "PYTHONPATH": ""})
+                         env={**os.environ, "JUPYTER_PATH": str(bare_python), "PYTHONPATH": ""})
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.rstrip().endswith("5 passed, 0 failed"), run.stdout
-    assert sorted(p.name for p in alone.iterdir()) == ["chapter17.ipynb"], "the run left files behind"
+    assert run.stdout.rstrip().endswith(summary), run.stdout
+    assert sorted(p.name for p in alone.iterdir()) == [notebook.name], "the run left files behind"
+
+
+# --- the practice notebook -------------------------------------------------------
+
+def test_the_committed_practice_notebook_is_what_the_generator_makes():
+    assert build_practice_notebook.main(["--check"]) == 0, "regenerate: python tools/build_practice_notebook.py"
+
+
+def test_the_practice_notebook_runs_here_and_its_check_passes(tmp_path):
+    executed = tmp_path / "executed.ipynb"
+    assert run_notebook.main([str(PRACTICE), "--output", str(executed)]) == 0
+    last = run_notebook.output_text(json.loads(executed.read_text())["cells"][-1])
+    assert last.rstrip().endswith("15 passed, 0 failed"), last
+
+
+def test_the_practice_notebook_holds_no_solution_and_folds_its_support_code():
+    cells = json.loads(PRACTICE.read_text())["cells"]
+    text = "".join(cell_text(c) for c in cells)
+    assert "mul_backward_kernel" not in text and "silu_backward_kernel" not in text, "a solution leaked in"
+    assert "from hardened_ops" not in text and "sys.path.insert" not in text, "the notebook must work alone"
+    folded = [c for c in cells if c["metadata"].get("jupyter", {}).get("source_hidden")]
+    assert [cell_text(c).splitlines()[0] for c in folded] == [
+        "# @title The chapter's op, hardened (hardened_ops.py): kernels, checks, launch helpers",
+        "# @title The backward checker (practice/backward_checker.py): run it, open it if you are curious"]
+    assert text.count(build_practice_notebook.QUESTION_PROMPT) == 5
 
 
 RUN_WITH_KERNEL = """
