@@ -156,31 +156,36 @@ def square_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.conste
 # ---------------------------------------------------------------------------
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_KERNEL_DTYPES = frozenset(KERNEL_DTYPES)
 
 
 def kernel_operands(*tensors):
     """The tensors as the kernels need them: one flat, contiguous run of floats on one device of
     DEVICE's kind (any GPU, or the CPU for the interpreter). Anything else would give silently
     wrong numbers, so it is refused, or (for other strides) copied once into a contiguous tensor."""
+    first = tensors[0]
     for t in tensors:
-        if t.dtype not in KERNEL_DTYPES:
+        if t.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"the Triton kernels take float16, bfloat16, float32 or float64 tensors, not {t.dtype}")
         if t.device.type != DEVICE.type:
             raise ValueError(f"a tensor is on {t.device}, but the Triton kernels run on {DEVICE.type} tensors here "
                              f"({DEVICE} is current): move it there with .to({str(DEVICE)!r})")
-        if t.device != tensors[0].device:
-            raise ValueError(f"the kernels need operands on one device, got {tensors[0].device} and {t.device}")
-        if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype:
+        if t is not first and t.device != first.device:
+            raise ValueError(f"the kernels need operands on one device, got {first.device} and {t.device}")
+        if t is not first and (t.shape != first.shape or t.dtype != first.dtype):
             raise ValueError(f"the kernels need operands of one shape and dtype, got "
-                             f"{tuple(tensors[0].shape)} {tensors[0].dtype} and {tuple(t.shape)} {t.dtype}")
+                             f"{tuple(first.shape)} {first.dtype} and {tuple(t.shape)} {t.dtype}")
     return tuple(t.contiguous() for t in tensors)  # no copy when already contiguous
 
 
 def device_of(t):
     """Triton launches on the current CUDA device and refuses a tensor on another GPU (cuda:1
     while cuda:0 is current, as on every rank but 0 of a multi-GPU job that imported this module
-    before choosing its device), so each launch is made with the tensor's own device current."""
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+    before choosing its device), so a launch is made with the tensor's own device current. Where
+    it already is, nothing is switched: a switch costs microseconds on every call."""
+    if t.device.type == "cuda" and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
 
 
 def block_for(t):
@@ -188,27 +193,102 @@ def block_for(t):
     return 4096 // t.element_size()
 
 
+# ---------------------------------------------------------------------------
+# The lean launch: Triton's compiled kernel, cached and launched directly
+# ---------------------------------------------------------------------------
+# kernel[grid](...) costs several microseconds of Python a call before the GPU sees anything:
+# binding and specialising the arguments, a cache look-up, hooks. For a small tensor that is
+# most of the op's time. So the first call of each kind goes through kernel[grid](...), which
+# compiles and returns Triton's CompiledKernel, and later calls of the same kind launch that
+# compiled kernel the way Triton's own JITFunction.run does. "Of the same kind" is what Triton
+# specialises on: the device, each pointer's dtype and 16-byte alignment, and whether n is 1,
+# a multiple of 16, or past 2**31. The direct launch is used only where this Triton's
+# JITFunction.run holds exactly LAUNCH_STATEMENT (recognised from its source), never under the
+# interpreter, and never while a launch hook is set; everywhere else every call takes the
+# ordinary kernel[grid](...).
+LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
+                    "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
+                    "*bound_args.values())")
+STREAM_STATEMENT = "stream = driver.active.get_current_stream(device)"
+
+
+def recognises_launch(run_source):
+    """Whether a JITFunction.run source takes its stream and launches its compiled kernel exactly as the
+    lean launch does (Triton 3.4 to 3.7 do; 3.0 to 3.3 pass other hooks and arguments)."""
+    source = " ".join(run_source.replace("( ", "(").split())
+    return LAUNCH_STATEMENT in source and STREAM_STATEMENT in source
+
+
+def _lean_launch_available():
+    """(True, "") where the lean launch can be used, else (False, why not)."""
+    if DEVICE.type != "cuda":
+        return False, "the kernels run in Triton's interpreter"
+    try:
+        import inspect
+
+        from triton import knobs  # noqa: F401  (the hooks the launch statement reads)
+        from triton.runtime.driver import driver  # noqa: F401
+        source = inspect.getsource(triton.runtime.jit.JITFunction.run)
+    except (ImportError, AttributeError, OSError, TypeError) as error:
+        return False, f"Triton {triton.__version__}'s launch could not be read ({type(error).__name__})"
+    if not recognises_launch(source):
+        return False, f"Triton {triton.__version__} launches its kernels in a way this file does not recognise"
+    return True, ""
+
+
+LEAN_LAUNCH, LEAN_LAUNCH_OFF_BECAUSE = _lean_launch_available()
+if LEAN_LAUNCH:
+    from triton import knobs as _knobs
+    from triton.runtime.driver import driver as _driver
+_compiled_kernels = {}  # (kernel, device, BLOCK, specialisation of n and of each pointer) -> CompiledKernel
+
+
+@contextlib.contextmanager
+def ordinary_launch():
+    """Within the block every launch takes kernel[grid](...): what the lean launch saves, measured."""
+    global LEAN_LAUNCH
+    before, LEAN_LAUNCH = LEAN_LAUNCH, False
+    try:
+        yield
+    finally:
+        LEAN_LAUNCH = before
+
+
+def launch(kernel, tensors, n, BLOCK):
+    """kernel[(cdiv(n, BLOCK),)](*tensors, n, BLOCK=BLOCK), through the compiled kernel where it can."""
+    if n == 0:
+        return
+    grid = triton.cdiv(n, BLOCK)
+    if not LEAN_LAUNCH:
+        kernel[(grid,)](*tensors, n, BLOCK=BLOCK)
+        return
+    device = tensors[0].device.index
+    key = (kernel, device, BLOCK, n == 1, n % 16 == 0, n < 2**31,
+           *[(t.dtype, t.data_ptr() % 16 == 0) for t in tensors])
+    compiled = _compiled_kernels.get(key)
+    hooked = _knobs.runtime.launch_enter_hook is not None or _knobs.runtime.launch_exit_hook is not None
+    if compiled is None or hooked:
+        _compiled_kernels[key] = kernel[(grid,)](*tensors, n, BLOCK=BLOCK)
+        return
+    compiled.run(grid, 1, 1, _driver.active.get_current_stream(device), compiled.function, compiled.packed_metadata,
+                 None, None, None, *tensors, n, BLOCK)
+
+
 def launch_forward(kernel, x, BLOCK=None):
     """out = kernel(x), elementwise; BLOCK defaults to block_for(x)."""
     x, = kernel_operands(x)
-    BLOCK = BLOCK or block_for(x)
     out = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
     with device_of(x):
-        kernel[grid](x, out, n, BLOCK=BLOCK)
+        launch(kernel, (x, out), x.numel(), BLOCK or block_for(x))
     return out
 
 
 def launch_backward(kernel, grad_output, x, BLOCK=None):
     """grad_input = kernel(grad_output, x), elementwise; BLOCK defaults to block_for(x)."""
     grad_output, x = kernel_operands(grad_output, x)
-    BLOCK = BLOCK or block_for(x)
     grad_input = torch.empty_like(x)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
     with device_of(x):
-        kernel[grid](grad_output, x, grad_input, n, BLOCK=BLOCK)
+        launch(kernel, (grad_output, x, grad_input), x.numel(), BLOCK or block_for(x))
     return grad_input
 
 
@@ -285,10 +365,18 @@ class FunctionModule(torch.nn.Module):
         return self.function.apply(x)
 
 
-class TritonGELUModule(FunctionModule):
+def gelu(x):
+    """GELU through the Triton kernels: TritonGELU.apply where a gradient will be wanted, else the
+    kernel alone (no autograd.Function to build: it costs microseconds a call)."""
+    if x.requires_grad and torch.is_grad_enabled():
+        return TritonGELU.apply(x)
+    return launch_forward(gelu_forward_kernel, x)
+
+
+class TritonGELUModule(torch.nn.Module):
     """TritonGELU as a drop-in for torch.nn.GELU(approximate="none")."""
-    def __init__(self):
-        super().__init__(TritonGELU)
+    def forward(self, x):
+        return gelu(x)
 
 
 if __name__ == "__main__":

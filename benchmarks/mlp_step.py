@@ -10,6 +10,7 @@ Linear(4d, d)), alone and as a stack, with three activations:
   nn.GELU      PyTorch's own (approximate="none")
   TritonGELU   the chapter's torch.autograd.Function (hardened_ops.py's, through extras/train_mlp.py)
   triton_op    the same kernels as the chapter17::gelu operator (extras/triton_op.py)
+  gelu()       hardened_ops.TritonGELUModule: the Function only where a gradient is wanted
 
 in two modes, eager and torch.compile (default mode), in fp32 and in bf16 under
 autocast, for a training step (forward, backward, AdamW) and a forward-only inference
@@ -38,7 +39,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED_RESULTS = REPO / "benchmarks" / "results" / "mlp_step_h200.csv"
-ACTIVATIONS = ("nn.GELU", "TritonGELU", "triton_op")
+ACTIVATIONS = ("nn.GELU", "TritonGELU", "triton_op", "gelu()")
 MODES = ("eager", "compile")
 DTYPES = ("fp32", "bf16")
 STEPS = ("train", "infer")
@@ -127,6 +128,8 @@ def activation(name, extras):
         # TritonGELU.apply as an attribute instead made torch.compile break the graph around it:
         # "GetAttrVariable(AutogradFunctionVariable(), setup_context) has no type".)
         return extras["train_mlp"].FunctionModule(extras["train_mlp"].TritonGELU)
+    if name == "gelu()":
+        return extras["train_mlp"].TritonGELUModule()
     return OperatorActivation(extras["triton_op"].gelu)
 
 
@@ -238,9 +241,10 @@ def explain(blocks, d, tokens, name, dtype, extras, device):
 
 def summarize(rows):
     """Markdown: for each model, dtype and mode, each activation's step time against nn.GELU's."""
-    lines = ["| model | dtype | mode | step | nn.GELU ms | TritonGELU | triton_op | peak MiB (nn.GELU / TritonGELU / triton_op) "
-             "| kernels a step (nn.GELU / TritonGELU / triton_op) | GELU kernels (TritonGELU) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    others = " / ".join(ACTIVATIONS)
+    lines = [f"| model | dtype | mode | step | nn.GELU ms | TritonGELU | triton_op | gelu() | peak MiB ({others}) "
+             f"| kernels a step ({others}) | GELU kernels (TritonGELU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = {}
     for row in rows:
         key = (row["blocks"], row["d"], row["dtype"], row["mode"], row["step"])
@@ -251,7 +255,7 @@ def summarize(rows):
         ratio = lambda name: (f"{by_name[name]['ratio_to_nn_gelu']:.3f}x" if name in by_name and base else "")  # noqa: E731
         lines.append(
             f"| {blocks}x d={d} | {dtype} | {mode} | {step} | {cell('nn.GELU', 'ms', '.3f') if base else ''} "
-            f"| {ratio('TritonGELU')} | {ratio('triton_op')} "
+            f"| {ratio('TritonGELU')} | {ratio('triton_op')} | {ratio('gelu()')} "
             f"| {' / '.join(cell(n, 'peak_mib', '.0f') for n in ACTIVATIONS)} "
             f"| {' / '.join(cell(n, 'kernels', '') for n in ACTIVATIONS)} "
             f"| {by_name['TritonGELU']['gelu_kernel_names'] if 'TritonGELU' in by_name else ''} |")
@@ -279,7 +283,9 @@ def plot(rows, path):
                 values = [next((r["ratio_to_nn_gelu"] for r in rows if (r["blocks"], r["d"], r["dtype"], r["mode"],
                                                                          r["step"], r["activation"]) ==
                                 (blocks, d, dt, m, step, name)), float("nan")) for dt, m in groups]
-                ax.bar([g + (k - 1) * 0.27 for g in range(len(groups))], values, width=0.27, label=name)
+                width = 0.8 / len(ACTIVATIONS)
+                ax.bar([g + (k - (len(ACTIVATIONS) - 1) / 2) * width for g in range(len(groups))], values, width=width,
+                       label=name)
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xticks(range(len(groups)), [f"{dt}\n{m}" for dt, m in groups])
             ax.set_title(f"{step}: {blocks} block(s), d={d}", fontsize=10)

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for hardened_ops
-from hardened_ops import BACKEND, DEVICE, FunctionModule, TritonGELU, TritonGELUBuggy  # noqa: E402
+from hardened_ops import BACKEND, DEVICE, FunctionModule, TritonGELU, TritonGELUBuggy, TritonGELUModule  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------------------

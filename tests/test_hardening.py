@@ -150,3 +150,75 @@ def test_operands_on_two_gpus_are_refused():
     x = seeded_randn(8, seed=21).to("cuda:0")
     with pytest.raises(ValueError, match="one device"):
         hardened_ops.launch_backward(hardened_ops.gelu_backward_kernel, x.to("cuda:1"), x)
+
+
+# --- the lean launch: the compiled kernel, cached and launched directly ------------
+
+def test_the_lean_launch_recognises_only_the_launch_it_copies():
+    import inspect
+
+    import triton
+    source = inspect.getsource(triton.runtime.jit.JITFunction.run)
+    # benchmarks/results/lean_launch_releases.log: Triton 3.4 to 3.7 launch this way, 3.0 to 3.3 do not.
+    assert hardened_ops.recognises_launch(source) == ((3, 4) <= tuple(map(int, triton.__version__.split(".")[:2])))
+    altered = source.replace("knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook",
+                             "knobs.runtime.launch_exit_hook, knobs.runtime.launch_enter_hook")
+    assert not hardened_ops.recognises_launch(altered)
+
+
+def test_the_interpreter_never_takes_the_lean_launch():
+    if ON_GPU:
+        assert hardened_ops.LEAN_LAUNCH or hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
+    else:
+        assert not hardened_ops.LEAN_LAUNCH and "interpreter" in hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
+
+
+def lean_cases():
+    """Inputs that Triton specialises differently: n of 1, a multiple of 16 or not; an unaligned pointer."""
+    base = seeded_randn(4099, seed=22)
+    return {"n=1": base[:1], "n=16": base[:16], "n=4099": base, "unaligned": base[1:1025],
+            "bf16": base.to(torch.bfloat16), "fp64": base.double()}
+
+
+@requires_gpu
+@pytest.mark.parametrize("case", list(lean_cases()))
+def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case):
+    import triton
+    x = lean_cases()[case]
+    grad_output = seeded_randn(*x.shape, seed=23).to(x.dtype)
+    assert hardened_ops.LEAN_LAUNCH, hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
+    for _ in range(3):  # the first call compiles and caches; the later ones launch directly
+        y = hardened_ops.launch_forward(hardened_ops.gelu_forward_kernel, x)
+        g = hardened_ops.launch_backward(hardened_ops.gelu_backward_kernel, grad_output, x)
+    atol, rtol = {torch.bfloat16: (1e-2, 1.6e-2), torch.float64: (1e-12, 1e-12)}.get(x.dtype, (1e-5, 1e-5))
+    torch.testing.assert_close(y, F.gelu(x, approximate="none"), atol=atol, rtol=rtol)
+    torch.testing.assert_close(g, torch.ops.aten.gelu_backward(grad_output, x), atol=atol, rtol=rtol)
+    n, block = x.numel(), hardened_ops.block_for(x)
+    out = torch.empty_like(x)
+    key = (hardened_ops.gelu_forward_kernel, x.device.index, block, n == 1, n % 16 == 0, n < 2**31,
+           (x.dtype, x.data_ptr() % 16 == 0), (out.dtype, out.data_ptr() % 16 == 0))
+    cached = hardened_ops._compiled_kernels[key]
+    triton_own = hardened_ops.gelu_forward_kernel.run(x, out, n, BLOCK=block, grid=(triton.cdiv(n, block),),
+                                                      warmup=True)
+    assert cached is triton_own, "the lean launch cached another compiled kernel than Triton's own cache holds"
+
+
+@requires_gpu
+def test_the_ordinary_launch_gives_the_same_numbers():
+    x = seeded_randn(3, 1031, seed=24).requires_grad_(True)
+    grad_output = seeded_randn(3, 1031, seed=25).t().contiguous().t()
+    hardened_ops.TritonGELU.apply(x).backward(grad_output)
+    lean_grad, x.grad = x.grad, None
+    with hardened_ops.ordinary_launch():
+        hardened_ops.TritonGELU.apply(x).backward(grad_output)
+    assert torch.equal(lean_grad, x.grad)
+
+
+@pytest.mark.parametrize("grad_wanted", [True, False], ids=["grad", "no-grad"])
+def test_gelu_takes_the_function_only_where_a_gradient_is_wanted(grad_wanted):
+    x = seeded_randn(7, seed=26).requires_grad_(grad_wanted)
+    y = hardened_ops.gelu(x)
+    assert (type(y.grad_fn).__name__ == "TritonGELUBackward") == grad_wanted
+    with torch.no_grad():
+        assert hardened_ops.gelu(x).grad_fn is None
+    torch.testing.assert_close(y, F.gelu(x, approximate="none"))

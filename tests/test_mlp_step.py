@@ -29,7 +29,7 @@ def test_dry_run_writes_the_table_csv_and_summary(tmp_path):
         rows = list(csv.DictReader(f))
     assert [(r["dtype"], r["step"], r["activation"]) for r in rows] == [
         (dtype, step, name) for dtype in ("fp32", "bf16") for step in ("train", "infer")
-        for name in ("nn.GELU", "TritonGELU", "triton_op")]
+        for name in ("nn.GELU", "TritonGELU", "triton_op", "gelu()")]
     assert all(r["blocks"] == "1" and r["d"] == "32" and r["tokens"] == "64" and r["mode"] == "eager" for r in rows)
     assert all(float(r["ratio_to_nn_gelu"]) == 1.0 for r in rows if r["activation"] == "nn.GELU")
     assert all(float(r["ms"]) > 0 for r in rows)
