@@ -205,7 +205,9 @@ def block_for(t):
 # a multiple of 16, or past 2**31. The direct launch is used only where this Triton's
 # JITFunction.run holds exactly LAUNCH_STATEMENT (recognised from its source), never under the
 # interpreter, and never while a launch hook is set; everywhere else every call takes the
-# ordinary kernel[grid](...).
+# ordinary kernel[grid](...). It is off unless asked for (HARDENED_OPS_LEAN_LAUNCH=1, or
+# launch_path(lean=True)): on the H200, with Triton 3.6, it measured no faster than the ordinary
+# launch, whose own Python is already small next to the launcher's (benchmarks/call_cost.py).
 LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
                     "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
                     "*bound_args.values())")
@@ -236,18 +238,20 @@ def _lean_launch_available():
     return True, ""
 
 
-LEAN_LAUNCH, LEAN_LAUNCH_OFF_BECAUSE = _lean_launch_available()
-if LEAN_LAUNCH:
+LEAN_LAUNCH_AVAILABLE, LEAN_LAUNCH_OFF_BECAUSE = _lean_launch_available()
+LEAN_LAUNCH = LEAN_LAUNCH_AVAILABLE and os.environ.get("HARDENED_OPS_LEAN_LAUNCH", "") == "1"
+if LEAN_LAUNCH_AVAILABLE:
     from triton import knobs as _knobs
     from triton.runtime.driver import driver as _driver
 _compiled_kernels = {}  # (kernel, device, BLOCK, specialisation of n and of each pointer) -> CompiledKernel
 
 
 @contextlib.contextmanager
-def ordinary_launch():
-    """Within the block every launch takes kernel[grid](...): what the lean launch saves, measured."""
+def launch_path(lean):
+    """Within the block, launches take the lean path (where this Triton allows it) or the ordinary
+    kernel[grid](...). For measuring one against the other; not thread-safe."""
     global LEAN_LAUNCH
-    before, LEAN_LAUNCH = LEAN_LAUNCH, False
+    before, LEAN_LAUNCH = LEAN_LAUNCH, bool(lean) and LEAN_LAUNCH_AVAILABLE
     try:
         yield
     finally:

@@ -36,7 +36,6 @@ launch (hardened_ops.py's cached compiled kernel). Then, at 2**10 fp32 only:
 Without a GPU (and without --dry-run) it exits 2.
 """
 import argparse
-import contextlib
 import cProfile
 import csv
 import importlib.util
@@ -109,6 +108,18 @@ def loop_time(call, calls, loops=5):
             call()
         synchronize()
         best = min(best, (time.perf_counter() - started) / calls)
+    return best
+
+
+def interleaved_time(ops, call, calls, lean, rounds=3):
+    """loop_time of call on the given launch path, in rounds that alternate with the other path's
+    loop of the same call: drift on a shared machine then weighs on both paths alike."""
+    best = float("inf")
+    for _ in range(rounds):
+        with ops.launch_path(lean=lean):
+            best = min(best, loop_time(call, calls, loops=2))
+        with ops.launch_path(lean=not lean):
+            loop_time(call, calls, loops=1)
     return best
 
 
@@ -203,10 +214,10 @@ def measure_rungs(args, ops, book, triton_op, define_impl, device_name, versions
             g = torch.randn(n, generator=generator).to(ops.DEVICE, dtypes[dtype_name])
             reference = {}
             for rung, launch, call in rungs(ops, book, triton_op, define_impl, x, g):
-                scope = ops.ordinary_launch() if launch == "ordinary" else contextlib.nullcontext()
-                with scope:
-                    seconds = loop_time(call, calls_for(call, args.dry_run))
+                with ops.launch_path(lean=launch == "lean"):
+                    calls = calls_for(call, args.dry_run)
                     benched = bench_time(call, args.dry_run)
+                seconds = interleaved_time(ops, call, calls, lean=launch == "lean")
                 if rung.startswith("F.gelu"):
                     reference["forward" if rung.endswith("forward") else "backward"] = seconds
                 base = reference["backward" if "backward" in rung else "forward"]
@@ -250,13 +261,15 @@ def graphs_and_compile(ops, train_mlp, dry_run):
         eager_block = train_mlp.mlp_block(name).cuda()
 
         def eager_step(eager_block=eager_block):
+            eager_block.zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(eager_block(batch), target).backward()
         results.append((f"the MLP block eager, forward + backward: {name}", loop_time(eager_step, 200)))
 
         compiled = torch.compile(train_mlp.mlp_block(name).cuda(), mode="reduce-overhead")
 
         def compiled_step(compiled=compiled):
-            torch.compiler.cudagraph_mark_step_begin()  # each step's outputs are the graph's own buffers
+            torch.compiler.cudagraph_mark_step_begin()  # each step's outputs are the graph's own buffers,
+            compiled.zero_grad(set_to_none=True)  # and .grad would accumulate into last step's, overwritten
             torch.nn.functional.mse_loss(compiled(batch), target).backward()
         for _ in range(3):  # compile and record the graph
             compiled_step()
@@ -272,10 +285,12 @@ def one_engine_thread(ops, x, g):
     for threads in (True, False):
         torch.autograd.set_multithreading_enabled(threads)
         try:
-            for name, op in (("F.gelu", F.gelu), ("TritonGELU, lean launch", ops.TritonGELU.apply)):
+            for name, op, lean in (("F.gelu", F.gelu, False), ("TritonGELU, ordinary launch", ops.TritonGELU.apply, False),
+                                   ("TritonGELU, lean launch", ops.TritonGELU.apply, True)):
                 call = forward_backward(op, x, g)
-                results.append((f"{name}, forward + backward, engine threads {'on' if threads else 'off'}",
-                                loop_time(call, calls_for(call, False))))
+                with ops.launch_path(lean=lean):
+                    results.append((f"{name}, forward + backward, engine threads {'on' if threads else 'off'}",
+                                    loop_time(call, calls_for(call, False))))
         finally:
             torch.autograd.set_multithreading_enabled(True)
     return results
@@ -285,9 +300,8 @@ def profile(ops, x, g, calls):
     """cProfile of TritonGELU forward + backward, ordinary and lean: where the microseconds go."""
     text = []
     for launch in ("ordinary", "lean"):
-        scope = ops.ordinary_launch() if launch == "ordinary" else contextlib.nullcontext()
         call = forward_backward(ops.TritonGELU.apply, x, g)
-        with scope:
+        with ops.launch_path(lean=launch == "lean"):
             call()
             profiler = cProfile.Profile()
             profiler.enable()
@@ -383,7 +397,7 @@ def main(argv=None):
     device_name = torch.cuda.get_device_name() if ops.DEVICE.type == "cuda" else "CPU, Triton interpreter"
     versions = (torch.__version__, triton.__version__)
     print(f"{device_name}, torch {versions[0]}, triton {versions[1]}; lean launch: "
-          f"{'on' if ops.LEAN_LAUNCH else 'off (' + ops.LEAN_LAUNCH_OFF_BECAUSE + ')'}")
+          f"{'available' if ops.LEAN_LAUNCH_AVAILABLE else 'not available (' + ops.LEAN_LAUNCH_OFF_BECAUSE + ')'}")
     rows = measure_rungs(args, ops, book, triton_op, define_impl, device_name, versions)
     whole_graph = []
     if ops.DEVICE.type == "cuda" and not args.dry_run:

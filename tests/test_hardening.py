@@ -6,6 +6,8 @@ The printed listings get these silently wrong, or crash (tools/listing_failures.
 shows which); the hardened module must either be right or refuse with a clear error.
 Every backward is driven by a random grad_output.
 """
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,16 +163,18 @@ def test_the_lean_launch_recognises_only_the_launch_it_copies():
     source = inspect.getsource(triton.runtime.jit.JITFunction.run)
     # benchmarks/results/lean_launch_releases.log: Triton 3.4 to 3.7 launch this way, 3.0 to 3.3 do not.
     assert hardened_ops.recognises_launch(source) == ((3, 4) <= tuple(map(int, triton.__version__.split(".")[:2])))
+    assert not hardened_ops.LEAN_LAUNCH or os.environ.get("HARDENED_OPS_LEAN_LAUNCH") == "1", "it is off unless asked for"
     altered = source.replace("knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook",
                              "knobs.runtime.launch_exit_hook, knobs.runtime.launch_enter_hook")
     assert not hardened_ops.recognises_launch(altered)
 
 
 def test_the_interpreter_never_takes_the_lean_launch():
-    if ON_GPU:
-        assert hardened_ops.LEAN_LAUNCH or hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
-    else:
-        assert not hardened_ops.LEAN_LAUNCH and "interpreter" in hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
+    with hardened_ops.launch_path(lean=True):
+        if ON_GPU:
+            assert hardened_ops.LEAN_LAUNCH == hardened_ops.LEAN_LAUNCH_AVAILABLE
+        else:
+            assert not hardened_ops.LEAN_LAUNCH and "interpreter" in hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
 
 
 def lean_cases():
@@ -186,10 +190,11 @@ def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case):
     import triton
     x = lean_cases()[case]
     grad_output = seeded_randn(*x.shape, seed=23).to(x.dtype)
-    assert hardened_ops.LEAN_LAUNCH, hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
-    for _ in range(3):  # the first call compiles and caches; the later ones launch directly
-        y = hardened_ops.launch_forward(hardened_ops.gelu_forward_kernel, x)
-        g = hardened_ops.launch_backward(hardened_ops.gelu_backward_kernel, grad_output, x)
+    assert hardened_ops.LEAN_LAUNCH_AVAILABLE, hardened_ops.LEAN_LAUNCH_OFF_BECAUSE
+    with hardened_ops.launch_path(lean=True):
+        for _ in range(3):  # the first call compiles and caches; the later ones launch directly
+            y = hardened_ops.launch_forward(hardened_ops.gelu_forward_kernel, x)
+            g = hardened_ops.launch_backward(hardened_ops.gelu_backward_kernel, grad_output, x)
     atol, rtol = {torch.bfloat16: (1e-2, 1.6e-2), torch.float64: (1e-12, 1e-12)}.get(x.dtype, (1e-5, 1e-5))
     torch.testing.assert_close(y, F.gelu(x, approximate="none"), atol=atol, rtol=rtol)
     torch.testing.assert_close(g, torch.ops.aten.gelu_backward(grad_output, x), atol=atol, rtol=rtol)
@@ -207,9 +212,12 @@ def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case):
 def test_the_ordinary_launch_gives_the_same_numbers():
     x = seeded_randn(3, 1031, seed=24).requires_grad_(True)
     grad_output = seeded_randn(3, 1031, seed=25).t().contiguous().t()
-    hardened_ops.TritonGELU.apply(x).backward(grad_output)
+    with hardened_ops.launch_path(lean=True):
+        for _ in range(2):
+            x.grad = None
+            hardened_ops.TritonGELU.apply(x).backward(grad_output)
     lean_grad, x.grad = x.grad, None
-    with hardened_ops.ordinary_launch():
+    with hardened_ops.launch_path(lean=False):
         hardened_ops.TritonGELU.apply(x).backward(grad_output)
     assert torch.equal(lean_grad, x.grad)
 
