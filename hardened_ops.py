@@ -258,6 +258,13 @@ def launch_path(lean):
         LEAN_LAUNCH = before
 
 
+def _launch_hooks_set():
+    """Whether a launch hook is registered (a profiler's, say): then every launch is Triton's own. Triton
+    3.4 keeps each hook as None or a function; 3.5 and later as a HookChain, empty unless one was added."""
+    return any(hook is not None and getattr(hook, "calls", True)
+               for hook in (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook))
+
+
 def launch(kernel, tensors, n, BLOCK):
     """kernel[(cdiv(n, BLOCK),)](*tensors, n, BLOCK=BLOCK), through the compiled kernel where it can."""
     if n == 0:
@@ -270,8 +277,7 @@ def launch(kernel, tensors, n, BLOCK):
     key = (kernel, device, BLOCK, n == 1, n % 16 == 0, n < 2**31,
            *[(t.dtype, t.data_ptr() % 16 == 0) for t in tensors])
     compiled = _compiled_kernels.get(key)
-    hooked = _knobs.runtime.launch_enter_hook is not None or _knobs.runtime.launch_exit_hook is not None
-    if compiled is None or hooked:
+    if compiled is None or _launch_hooks_set():
         _compiled_kernels[key] = kernel[(grid,)](*tensors, n, BLOCK=BLOCK)
         return
     compiled.run(grid, 1, 1, _driver.active.get_current_stream(device), compiled.function, compiled.packed_metadata,

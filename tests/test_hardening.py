@@ -186,7 +186,7 @@ def lean_cases():
 
 @requires_gpu
 @pytest.mark.parametrize("case", list(lean_cases()))
-def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case):
+def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case, monkeypatch):
     import triton
     x = lean_cases()[case]
     grad_output = seeded_randn(*x.shape, seed=23).to(x.dtype)
@@ -198,6 +198,15 @@ def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case):
     atol, rtol = {torch.bfloat16: (1e-2, 1.6e-2), torch.float64: (1e-12, 1e-12)}.get(x.dtype, (1e-5, 1e-5))
     torch.testing.assert_close(y, F.gelu(x, approximate="none"), atol=atol, rtol=rtol)
     torch.testing.assert_close(g, torch.ops.aten.gelu_backward(grad_output, x), atol=atol, rtol=rtol)
+    jit_runs = []
+    run = triton.runtime.jit.JITFunction.run
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run",
+                        lambda self, *args, **kwargs: jit_runs.append(self) or run(self, *args, **kwargs))
+    with hardened_ops.launch_path(lean=True):
+        hardened_ops.launch_forward(hardened_ops.gelu_forward_kernel, x)
+        hardened_ops.launch_backward(hardened_ops.gelu_backward_kernel, grad_output, x)
+    assert jit_runs == [], "a cached kernel went through kernel[grid](...): the direct launch was not taken"
+    monkeypatch.undo()
     n, block = x.numel(), hardened_ops.block_for(x)
     out = torch.empty_like(x)
     key = (hardened_ops.gelu_forward_kernel, x.device.index, block, n == 1, n % 16 == 0, n < 2**31,
@@ -230,3 +239,17 @@ def test_gelu_takes_the_function_only_where_a_gradient_is_wanted(grad_wanted):
     with torch.no_grad():
         assert hardened_ops.gelu(x).grad_fn is None
     torch.testing.assert_close(y, F.gelu(x, approximate="none"))
+
+
+def test_a_registered_launch_hook_sends_every_launch_through_triton():
+    if not hardened_ops.LEAN_LAUNCH_AVAILABLE:
+        pytest.skip(hardened_ops.LEAN_LAUNCH_OFF_BECAUSE)
+    from triton import knobs
+    hook = knobs.runtime.launch_enter_hook
+    assert not hardened_ops._launch_hooks_set(), "no hook is registered by default"
+    if hasattr(hook, "add"):  # a HookChain (Triton 3.5 and later)
+        hook.add(print)
+        try:
+            assert hardened_ops._launch_hooks_set()
+        finally:
+            hook.remove(print)
