@@ -45,6 +45,9 @@ BLOCK from the element size    (speed, not correctness) bf16 with 2048-element  
 
 Unlike the chapter's scripts, the Functions here keep no record of their calls, so
 ``torch.compile(fullgraph=True)`` compiles them (``extras/triton_op.py`` shows it).
+``gelu(x)`` builds the Function only where a gradient is wanted. For small tensors, where
+the CPU time of a call dominates, ``HARDENED_OPS_LEAN_LAUNCH=1`` launches Triton's cached
+compiled kernel directly (Triton 3.4 to 3.7; docs/call-cost.md gives what it saves).
 
 Where the kernels run: on a CUDA (or ROCm) GPU when PyTorch sees one. Without one,
 importing this module switches Triton's interpreter on (``TRITON_INTERPRET=1``)
@@ -206,8 +209,8 @@ def block_for(t):
 # JITFunction.run holds exactly LAUNCH_STATEMENT (recognised from its source), never under the
 # interpreter, and never while a launch hook is set; everywhere else every call takes the
 # ordinary kernel[grid](...). It is off unless asked for (HARDENED_OPS_LEAN_LAUNCH=1, or
-# launch_path(lean=True)): on the H200, with Triton 3.6, it measured no faster than the ordinary
-# launch, whose own Python is already small next to the launcher's (benchmarks/call_cost.py).
+# launch_path(lean=True)), because it copies Triton's internals: on the H200 (Triton 3.6) it
+# saved about 4 us a launch (docs/call-cost.md), and the hardening tests pass with it on.
 LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
                     "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
                     "*bound_args.values())")
