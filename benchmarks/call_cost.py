@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import torch
+from plotting import pyplot_or_none  # benchmarks/plotting.py, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -361,12 +362,8 @@ def summary(rows, whole_graph, args):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed: no plot written to {path}", file=sys.stderr)
+    plt = pyplot_or_none(path)
+    if plt is None:
         return
     figure, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     for ax, dtype in zip(axes, ("fp32", "bf16")):

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import torch
+from plotting import pyplot_or_none  # benchmarks/plotting.py, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -100,13 +101,8 @@ def time_cases(triton_forward, triton_backward, n, dtype):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed: no plot written to {path}", file=sys.stderr)
+    plt = pyplot_or_none(path)
+    if plt is None:
         return
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     figure, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.5), squeeze=False, sharey=True)

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import torch
+from plotting import pyplot_or_none  # benchmarks/plotting.py, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED_RESULTS = REPO / "benchmarks" / "results" / "mlp_step_h200.csv"
@@ -263,12 +264,8 @@ def summarize(rows):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed: no plot written to {path}", file=sys.stderr)
+    plt = pyplot_or_none(path)
+    if plt is None:
         return
     models = sorted({(r["blocks"], r["d"]) for r in rows})
     steps = [s for s in STEPS if any(r["step"] == s for r in rows)]

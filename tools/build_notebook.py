@@ -373,18 +373,22 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="compare with the committed notebook; write nothing")
     parser.add_argument("--output", type=Path, default=NOTEBOOK, help="default: notebooks/chapter17.ipynb")
     args = parser.parse_args(argv)
-    notebook = build()
-    if args.check:
-        committed = json.loads(args.output.read_text())
-        if sources(committed) != sources(notebook):
-            print(f"{args.output} differs from what tools/build_notebook.py makes from the scripts: regenerate it "
-                  "(python tools/build_notebook.py), then run it on a GPU (tools/run_notebook.py)", file=sys.stderr)
+    return write_or_check(build(), args.output, args.check, "tools/build_notebook.py",
+                          "then run it on a GPU (tools/run_notebook.py)")
+
+
+def write_or_check(notebook, output, check, generator, after_regenerating=""):
+    """Writes notebook to output; or, with check, exit status 1 if output's cells differ from it."""
+    if check:
+        if sources(json.loads(output.read_text())) != sources(notebook):
+            print(f"{output} differs from what {generator} makes: regenerate it (python {generator})"
+                  + (f", {after_regenerating}" if after_regenerating else ""), file=sys.stderr)
             return 1
-        print(f"{args.output}: every cell is what the scripts make")
+        print(f"{output}: every cell is what {generator} makes")
         return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {args.output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {output}")
     return 0
 
 

@@ -21,12 +21,11 @@ the exercises say: each exercise either passes (solved) or shows the trap it pla
 """
 import argparse
 import ast
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_notebook import ENVIRONMENT_CELL, code, collapsed, markdown, sources, top_level_blocks  # noqa: E402
+from build_notebook import ENVIRONMENT_CELL, code, collapsed, markdown, top_level_blocks, write_or_check  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "practice.ipynb"
@@ -179,18 +178,7 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="compare with the committed notebook; write nothing")
     parser.add_argument("--output", type=Path, default=NOTEBOOK, help="default: notebooks/practice.ipynb")
     args = parser.parse_args(argv)
-    notebook = build()
-    if args.check:
-        if sources(json.loads(args.output.read_text())) != sources(notebook):
-            print(f"{args.output} differs from what tools/build_practice_notebook.py makes: regenerate it",
-                  file=sys.stderr)
-            return 1
-        print(f"{args.output}: every cell is what practice/ makes")
-        return 0
-    args.output.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {args.output}")
-    return 0
-
+    return write_or_check(build(), args.output, args.check, "tools/build_practice_notebook.py")
 
 if __name__ == "__main__":
     sys.exit(main())
