@@ -1,6 +1,8 @@
-# make check  - build .venv if needed, then verify the scripts' output (./check_outputs.sh)
-# make test   - build .venv if needed, then run the test suite
-# make bench  - GELU bandwidth benchmark (needs a CUDA GPU)
+# make check  - build .venv with the reader's requirements (requirements.txt: torch, triton,
+#               numpy) if needed, then verify the scripts' output (./check_outputs.sh)
+# make test   - add the contributors' requirements (requirements-dev.txt: pytest, notebook
+#               tools, shellcheck, uv, matplotlib) to .venv if needed, then run the test suite
+# make bench  - GELU bandwidth benchmark (needs a CUDA GPU; plots with matplotlib, as make test)
 # make matrix - a venv per PyTorch release: checker and tests in each (slow, downloads GBs; never in CI)
 # make notebook - regenerate notebooks/chapter17.ipynb from the scripts (then run it on a GPU)
 # make container, make container-arm64 - build the image and run the checker in it, with
@@ -13,19 +15,21 @@
 VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 PY ?= $(VENV_PYTHON)
 # .venv is built only when it is the interpreter in use.
 ENV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(VENV_STAMP))
+DEV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(DEV_STAMP))
 
 .PHONY: check test bench matrix notebook container container-arm64 clean
 
 check: $(ENV_DEPENDENCY)
 	PYTHON=$(PY) ./check_outputs.sh
 
-test: $(ENV_DEPENDENCY)
+test: $(DEV_DEPENDENCY)
 	$(PY) -m pytest
 
-bench: $(ENV_DEPENDENCY)
+bench: $(DEV_DEPENDENCY)
 	$(PY) benchmarks/gelu_bandwidth.py
 
 # Pythons for the pinned pair besides the one running the tool (pyenv's, where present).
@@ -49,6 +53,10 @@ container-arm64:
 $(VENV_STAMP): requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV_PYTHON) -m pip install -r requirements.txt
+	touch $@
+
+$(DEV_STAMP): $(VENV_STAMP) requirements-dev.txt
+	$(VENV_PYTHON) -m pip install -r requirements-dev.txt
 	touch $@
 
 clean:

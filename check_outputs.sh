@@ -20,7 +20,8 @@
 #                      0 turns the timeout off)
 #   -h, --help         show this help
 # Environment:
-#   PYTHON             the interpreter to verify (default: python3)
+#   PYTHON             the interpreter to verify (default: .venv/bin/python beside this
+#                      script, as `make check` and the README's setup create it; else python3)
 # Exit codes:
 #   0    every script passed
 #   1    a script failed: its output differs, it exited non-zero, or it timed out
@@ -41,7 +42,11 @@ readonly STDERR_TAIL_LINES=25
 readonly DEFAULT_TIMEOUT_SECONDS=120
 readonly POLL_SECONDS=0.1
 
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-}
+# How PYTHON was chosen: "set" (by the reader), "venv" (.venv found) or "default" (python3).
+python_source="set"
+# PYTHON as the messages show it: .venv/bin/python rather than its absolute path.
+python_shown=""
 require_gpu=0
 update=0
 timeout_seconds=$DEFAULT_TIMEOUT_SECONDS
@@ -143,18 +148,53 @@ no_triton_here() {
         "a Linux machine or VM, or a Linux notebook such as Google Colab. See README.md, 'Where it runs'." ;;
     MINGW* | MSYS* | CYGWIN*)
       printf '%s\n' "Triton publishes no Windows packages; on Windows it comes from the community build" \
-        "triton-windows, which needs an NVIDIA GPU: $PYTHON -m pip install -r requirements.txt installs it." \
+        "triton-windows, which needs an NVIDIA GPU: $python_shown -m pip install -r requirements.txt installs it." \
         "Without an NVIDIA GPU, use WSL2 or the container. See README.md, 'Where it runs'." ;;
-    *)
-      printf '%s\n' "install the pinned versions with 'make check' (creates .venv), or: $PYTHON -m pip install -r requirements.txt" ;;
+    *) install_command ;;
   esac
+}
+
+# The exact command that installs what is missing, for the interpreter in use.
+install_command() {
+  case "$python_source" in
+    venv)
+      printf '%s\n' "install the pinned versions into it: $python_shown -m pip install -r requirements.txt" ;;
+    default)
+      printf '%s\n' "there is no .venv beside this script. Create it, with the pinned versions, by running:" \
+        "  make check" \
+        "or, without make: python3 -m venv .venv && .venv/bin/python -m pip install -r requirements.txt" \
+        "(README.md, 'Ways in', gives the CPU-only route). ./check_outputs.sh then finds .venv on its own." ;;
+    *)
+      printf '%s\n' "install the pinned versions into it: $python_shown -m pip install -r requirements.txt" ;;
+  esac
+}
+
+# PYTHON when the reader set it; else .venv's interpreter beside this script (the checker
+# runs from its own directory); else python3.
+choose_python() {
+  local candidate
+  if [ -n "$PYTHON" ]; then
+    python_shown=$PYTHON
+    return 0
+  fi
+  for candidate in .venv/bin/python .venv/Scripts/python.exe; do
+    if [ -x "$candidate" ]; then
+      PYTHON="$PWD/$candidate"
+      python_shown=$candidate
+      python_source=venv
+      return 0
+    fi
+  done
+  PYTHON=python3
+  python_shown=python3
+  python_source=default
 }
 
 # Exits 2, saying what to install, unless $PYTHON runs and has torch, triton and
 # numpy. It only looks the packages up, which is quick; probe_environment imports them.
 check_packages() {
   if ! command -v "$PYTHON" >/dev/null 2>&1; then
-    err "cannot run PYTHON=$PYTHON: no such interpreter. Set PYTHON=/path/to/python, or run 'make check' to use .venv."
+    err "cannot run PYTHON=$python_shown: no such interpreter. Set PYTHON=/path/to/python, or run 'make check' to create .venv (found on its own when PYTHON is unset)."
     exit 2
   fi
   local report status=0
@@ -168,14 +208,14 @@ if missing:
     sys.exit(3)
 ' 2>&1) || status=$?
   if [ "$status" -eq 3 ]; then
-    err "$PYTHON cannot import: $report"
+    err "$python_shown cannot import: $report"
     case " $report " in
       *" triton "*) err "$(no_triton_here)" ;;
       *) err "$(no_triton_here | tail -n 1)" ;;
     esac
     exit 2
   elif [ "$status" -ne 0 ]; then
-    err "$PYTHON failed to start (exit status $status)${report:+: $report}"
+    err "$python_shown failed to start (exit status $status)${report:+: $report}"
     exit 2
   fi
 }
@@ -243,7 +283,7 @@ probe_environment() {
   local status=0
   "$PYTHON" -c "$PROBE" >"$workdir/probe" 2>"$workdir/probe.stderr" || status=$?
   if [ "$status" -ne 0 ]; then
-    err "$PYTHON could not import torch (exit status $status); the end of its stderr:"
+    err "$python_shown could not import torch (exit status $status); the end of its stderr:"
     tail -n "$STDERR_TAIL_LINES" "$workdir/probe.stderr" | sed 's/^/  | /' >&3
     return 2
   fi
@@ -492,6 +532,7 @@ main() {
   cd "$(dirname "$SELF")"
   exec 3>&2
   parse_args "$@"
+  choose_python
   check_packages
 
   trap cleanup EXIT
@@ -524,7 +565,7 @@ main() {
     err "$timed_out script(s) timed out. If they are only slow here (the Triton interpreter on one slow core, or a container emulating another CPU, which took 52 s a script on two cores), allow more time: ./check_outputs.sh --timeout SECONDS (0 for no limit)"
   fi
   if [ "$failed" -gt "$timed_out" ]; then
-    err "see a script's whole output with: $PYTHON <script>. If its new output is right, record it with: ./check_outputs.sh --update <script>"
+    err "see a script's whole output with: $python_shown <script>. If its new output is right, record it with: ./check_outputs.sh --update <script>"
   fi
   printf '%d passed, %d failed\n' "$passed" "$failed"
   [ "$failed" -eq 0 ]
