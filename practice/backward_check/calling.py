@@ -1,0 +1,198 @@
+"""How the op is called: its real signature, fresh copies of every argument, and autograd's calls.
+
+A forward may take anything: tensors, Python numbers and strings, None. Floating-point tensors
+get gradients; everything else passes through unchanged. Every call works on fresh copies, so
+an op that writes into its inputs (on purpose, with ctx.mark_dirty, or not) never touches the
+caller's tensors, and each copy can be compared with what was passed afterwards.
+"""
+import dataclasses
+import inspect
+
+import torch
+
+
+class UsageError(ValueError):
+    """The checker was called wrongly (not the op's fault): the command line exits 2 on it."""
+
+
+def is_function(fn):
+    return isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
+
+
+def _forward_parameters(fn):
+    """The forward's parameters, less ctx (absent where the Function uses setup_context)."""
+    parameters = list(inspect.signature(fn.forward).parameters.values())
+    uses_setup_context = getattr(fn, "setup_context", None) is not torch.autograd.Function.setup_context
+    return parameters if uses_setup_context else parameters[1:]
+
+
+def _signature_of(fn):
+    if is_function(fn):
+        return inspect.Signature(_forward_parameters(fn))
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: take the arguments as given
+        return None
+
+
+def differentiable(value):
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+@dataclasses.dataclass
+class Slot:
+    """One argument: where it goes (an index into args, or a keyword), its name, its value."""
+    key: object
+    name: str
+    value: object
+
+    @property
+    def is_tensor(self):
+        return isinstance(self.value, torch.Tensor)
+
+    @property
+    def differentiable(self):
+        return differentiable(self.value)
+
+
+class Op:
+    """The op bound to one set of arguments. Function subclasses are called through .apply with
+    their forward's signature bound (defaults kept); other callables as they are."""
+
+    def __init__(self, fn, args, kwargs, device=None):
+        if not callable(fn):
+            raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
+        self.fn = fn
+        self.function = is_function(fn)
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+        signature = _signature_of(fn)
+        args = tuple(_to_device(a, device) for a in args)
+        kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as error:
+                raise UsageError(f"{self.name}{signature} cannot take these arguments: {error}") from None
+            bound.apply_defaults()
+            self.slots = self._slots_from(bound)
+        else:
+            self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
+            self.slots += [Slot(k, k, v) for k, v in kwargs.items()]
+        if self.function and any(isinstance(s.key, str) for s in self.slots):
+            raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
+        self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable]
+        if not self.inputs:
+            raise UsageError(f"{self.name} was given no floating-point tensor, so there is no gradient to check; "
+                             f"pass the op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
+
+    @staticmethod
+    def _slots_from(bound):
+        slots = []
+        for name, value in bound.arguments.items():
+            kind = bound.signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                slots += [Slot(len(slots), f"{name}[{i}]", v) for i, v in enumerate(value)]
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                slots += [Slot(k, k, v) for k, v in value.items()]
+            elif kind is inspect.Parameter.KEYWORD_ONLY:
+                slots.append(Slot(name, name, value))
+            else:
+                slots.append(Slot(len(slots), name, value))
+        return slots
+
+    def with_values(self, values):
+        """The same op with other values in its slots (grown inputs, float64 copies, ...)."""
+        other = object.__new__(Op)
+        other.__dict__.update(self.__dict__)
+        other.slots = [dataclasses.replace(s, value=v) for s, v in zip(self.slots, values)]
+        return other
+
+    @property
+    def values(self):
+        return [s.value for s in self.slots]
+
+    def input_name(self, i):
+        """How a report names differentiable input i: by its parameter name, when there are several."""
+        return f"input `{self.slots[i].name}`"
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def call(self, values, fn=None):
+        fn = fn or (self.fn.apply if self.function else self.fn)
+        args = [v for s, v in zip(self.slots, values) if not isinstance(s.key, str)]
+        kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
+        return fn(*args, **kwargs)
+
+    def fresh(self, frozen=(), dtype=None, values=None):
+        """Fresh copies of every argument: (leaves, passed). leaves[i] is the leaf for each input that
+        wants a gradient (None elsewhere); passed is what the op receives: a non-leaf copy of each
+        such leaf (so an in-place forward is legal), a clone of every other tensor, other values as
+        they are."""
+        leaves, passed = [], []
+        for i, (s, v) in enumerate(zip(self.slots, values if values is not None else self.values)):
+            if not isinstance(v, torch.Tensor):
+                leaves.append(None)
+                passed.append(v)
+                continue
+            copy = v.detach().clone()
+            if dtype is not None and copy.is_floating_point():
+                copy = copy.to(dtype)
+            if i in self.inputs and i not in frozen:
+                leaf = copy.requires_grad_(True)
+                leaves.append(leaf)
+                passed.append(leaf.clone())
+            else:
+                leaves.append(None)
+                passed.append(copy)
+        return leaves, passed
+
+
+def _to_device(value, device):
+    if device is not None and isinstance(value, torch.Tensor) and value.device.type != device.type:
+        return value.to(device)
+    return value
+
+
+def flatten(output):
+    """The tensors an op returned, in order (a tensor, or nested tuples, lists and dicts of them)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for o in output for t in flatten(o)]
+    if isinstance(output, dict):
+        return [t for o in output.values() for t in flatten(o)]
+    return []
+
+
+def carries_gradient(t):
+    """An output autograd will send a gradient to: floating-point, and part of the graph."""
+    return t.is_floating_point() and t.requires_grad
+
+
+@dataclasses.dataclass
+class Run:
+    """One forward on fresh copies: what went in, what came out, and which outputs carry gradients."""
+    leaves: list
+    passed: list
+    outputs: list          # every tensor output
+    graded: list           # the outputs that carry a gradient
+
+    def grad(self, grad_outputs, create_graph=False, retain_graph=False):
+        """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none)."""
+        wanted = [leaf for leaf in self.leaves if leaf is not None]
+        if not wanted:
+            return [None] * len(self.leaves)
+        grads = iter(torch.autograd.grad(self.graded, wanted, grad_outputs, allow_unused=True,
+                                         create_graph=create_graph, retain_graph=retain_graph))
+        return [next(grads) if leaf is not None else None for leaf in self.leaves]
+
+
+def forward(op, frozen=(), dtype=None, values=None, fn=None):
+    leaves, passed = op.fresh(frozen=frozen, dtype=dtype, values=values)
+    outputs = flatten(op.call(passed, fn=fn))
+    return Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)])
+
+
+def vjp(op, grad_outputs, frozen=(), values=None):
+    """The op's gradients for each argument (None where it takes none) under grad_outputs."""
+    return forward(op, frozen=frozen, values=values).grad(grad_outputs)

@@ -1,0 +1,221 @@
+"""The right gradient, and how close to it counts as right.
+
+With a reference (differentiable torch ops with the op's arguments), the right gradient under any
+grad_outputs is the reference's, taken by autograd in float64. Without one, it comes from finite
+differences: a Jacobian built once (every column, or a sample of columns for a grown input) and
+reused for every grad_output. The step follows the precision the op really computes in: a kernel
+that computes in float32 under float64 inputs gets a float32 step, and where even that leaves the
+differences too noisy to decide, the check says "inconclusive", never "trap".
+
+A gradient is compared relative to the right gradient's own size (its norm, and its largest
+element), with no floor, so a bug in small gradients is not hidden by an absolute tolerance.
+"""
+import dataclasses
+import time
+
+import torch
+
+from .calling import UsageError, carries_gradient, flatten
+from .layouts import BLOCK, generator
+
+# Relative error that counts as right, by the dtype the gradient is computed in.
+TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.6e-2}
+NOISY = 5e-2          # a tolerance above this decides nothing: inconclusive
+FD_BUDGET_S = 60.0    # finite differences that would take longer than this are refused
+SAMPLED_COLUMNS = 48  # columns of a grown input's Jacobian (its blocks' edges, the tail, random ones)
+
+
+def relative_error(got, right):
+    """max(|d| / |right|, max|d| / max|right|) for d = got - right, both float64 and flat."""
+    d = got - right
+    size, largest = right.norm().item(), right.abs().max().item() if right.numel() else 0.0
+    if size == 0.0:
+        return 0.0 if d.abs().max().item() == 0.0 else float("inf")
+    return max(d.norm().item() / size, d.abs().max().item() / largest)
+
+
+@dataclasses.dataclass
+class Expected:
+    """The right gradient for each argument (None where it takes none), float64. Where only a
+    sample of a gradient is known, indices says which flat elements; tolerance per argument."""
+    grads: list
+    indices: list
+    tolerance: list
+
+    def error(self, got, i, shape):
+        """got's error for argument i in units of its tolerance (above 1 is wrong); inf where got
+        is None or misshapen."""
+        if got is None:  # autograd takes None as zeros: right where the gradient is zero
+            return 0.0 if not self.grads[i].any() else float("inf")
+        if tuple(got.shape) != tuple(shape):
+            return float("inf")
+        g = got.detach().double().reshape(-1)
+        if self.indices[i] is not None:
+            g = g[self.indices[i]]
+        return relative_error(g, self.grads[i]) / self.tolerance[i]
+
+    def raw_error(self, got, i):
+        if got is None:
+            return 1.0 if self.grads[i].any() else 0.0
+        g = got.detach().double().reshape(-1)
+        if self.indices[i] is not None:
+            g = g[self.indices[i]]
+        return relative_error(g, self.grads[i])
+
+
+def graded_outputs(output):
+    return [t for t in flatten(output) if carries_gradient(t)]
+
+
+class Reference:
+    """Autograd through the reference, in float64 where the reference takes it."""
+
+    def __init__(self, op, values, reference, precision):
+        self.op, self.values, self.reference, self.precision = op, values, reference, precision
+        self.dtype = torch.float64
+        try:
+            outs = self._outputs(torch.float64)[1]
+        except Exception:  # a reference that takes only its own dtype (a Triton one, say)
+            self.dtype = None
+            outs = self._outputs(None)[1]
+        self.forward = [o.detach().double() for o in outs]
+
+    def _outputs(self, dtype):
+        leaves, passed = self.op.fresh(dtype=dtype, values=self.values)
+        outs = graded_outputs(self.op.call(passed, fn=self.reference))
+        return leaves, outs
+
+    def expected(self, grad_outputs, tolerance):
+        leaves, outs = self._outputs(self.dtype)
+        if len(outs) != len(grad_outputs):
+            raise UsageError(f"the reference returns {len(outs)} tensor(s) that carry a gradient, the op "
+                             f"{len(grad_outputs)}: they must match")
+        wanted = [leaf for leaf in leaves if leaf is not None]
+        gs = [g.to(o.dtype) for g, o in zip(grad_outputs, outs)]
+        grads = iter(torch.autograd.grad(outs, wanted, gs, allow_unused=True))
+        result = []
+        for leaf in leaves:
+            if leaf is None:
+                result.append(None)
+                continue
+            g = next(grads)
+            result.append(torch.zeros_like(leaf, dtype=torch.float64).reshape(-1) if g is None
+                          else g.detach().double().reshape(-1))
+        return Expected(result, [None] * len(result), tolerance)
+
+
+class FiniteDifferences:
+    """grad_output . J, with J built once by central differences, at two steps: their disagreement
+    measures the differences' own noise, and sets the tolerance."""
+
+    def __init__(self, op, values, graded, sample=False, budget_s=FD_BUDGET_S):
+        self.op, self.values, self.graded = op, values, graded
+        self.dtype = torch.float64
+        start = time.perf_counter()
+        try:
+            base = self._outputs(self._copies(torch.float64))
+        except Exception:  # an op that refuses float64: difference it in its own dtype
+            self.dtype = None
+            start = time.perf_counter()
+            base = self._outputs(self._copies(None))
+        per_call = time.perf_counter() - start
+        self.computed = self._computed_precision(base)
+        self.columns = {}
+        for i in op.inputs:
+            n = values[i].numel()
+            self.columns[i] = self._sample(n, seed=200 + i) if sample else torch.arange(n)
+        calls = 4 * sum(len(c) for c in self.columns.values())
+        if calls * per_call > budget_s:
+            raise UsageError(f"finite differences would need {calls} calls of the op, about "
+                             f"{calls * per_call:.0f} s: pass reference=... (differentiable torch ops) "
+                             f"or smaller inputs")
+        step = {torch.float64: 1e-6, torch.float32: 2e-3}.get(self.computed, 3e-2)
+        self.jacobians = {i: [self._jacobian(i, step), self._jacobian(i, 2 * step)] for i in op.inputs}
+
+    @staticmethod
+    def _sample(n, seed):
+        edges = {0, n - 1, n - n % BLOCK if n % BLOCK else n - BLOCK}
+        for b in range(1, n // BLOCK + 1):
+            edges |= {b * BLOCK - 1, min(n - 1, b * BLOCK)}
+        rest = torch.randperm(n, generator=generator(seed))[:SAMPLED_COLUMNS].tolist()
+        chosen = sorted(edges | set(rest[:max(0, SAMPLED_COLUMNS - len(edges))]))
+        return torch.tensor([c for c in chosen if 0 <= c < n])
+
+    def _copies(self, dtype):
+        return [v.detach().clone().to(dtype or v.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
+
+    def _outputs(self, values):
+        with torch.no_grad():
+            everything = flatten(self.op.call(values))
+            outs = [everything[k] for k in self.graded]
+        return torch.cat([o.double().reshape(-1) for o in outs]) if outs else torch.zeros(0, dtype=torch.float64)
+
+    @staticmethod
+    def _computed_precision(flat):
+        """float32 where float64 outputs are all exactly float32 numbers (a kernel computing in float32)."""
+        if flat.dtype == torch.float64 and flat.numel() and torch.equal(flat, flat.float().double()):
+            return torch.float32
+        return flat.dtype if flat.dtype in (torch.float64, torch.float32) else torch.float32
+
+    def _jacobian(self, i, step):
+        values = self._copies(self.dtype)
+        x = values[i]
+        rows = []
+        for k in self.columns[i].tolist():
+            h = step * max(1.0, abs(x.reshape(-1)[k].item()))
+            plus, minus = self._copies(self.dtype), self._copies(self.dtype)
+            plus[i].reshape(-1)[k] += h
+            minus[i].reshape(-1)[k] -= h
+            rows.append((self._outputs(plus) - self._outputs(minus)) / (2 * h))
+        return torch.stack(rows) if rows else torch.zeros(0, 0, dtype=torch.float64)
+
+    def expected(self, grad_outputs, tolerance):
+        g = torch.cat([t.detach().double().reshape(-1) for t in grad_outputs])
+        grads, indices, tolerances = [], [], []
+        for i in range(len(self.values)):
+            if i not in self.jacobians:
+                grads.append(None), indices.append(None), tolerances.append(tolerance[i])
+                continue
+            fine, coarse = (j.to(g.device) @ g for j in self.jacobians[i])
+            noise = relative_error(coarse, fine) if fine.numel() else 0.0
+            grads.append(fine)
+            full = len(self.columns[i]) == self.values[i].numel()
+            indices.append(None if full else self.columns[i].to(g.device))
+            tolerances.append(max(tolerance[i], TOLERANCE.get(self.computed, 1e-4) * 10, 8 * noise))
+        return Expected(grads, indices, tolerances)
+
+
+class Truth:
+    """The right gradients for any grad_outputs, at one set of argument values."""
+
+    def __init__(self, op, values, reference, graded, sample=False):
+        self.op, self.values = op, values
+        self.base = [TOLERANCE.get(v.dtype, 1e-4) if isinstance(v, torch.Tensor) and v.is_floating_point() else 0.0
+                     for v in values]
+        self.source = Reference(op, values, reference, None) if reference is not None else \
+            FiniteDifferences(op, values, graded, sample=sample)
+        self.forward_error = 0.0
+
+    def calibrate(self, op_outputs):
+        """Widens the tolerance to the op's own forward error against the reference (a kernel that
+        computes in TF32, say): a backward is held to the precision its forward achieves. Returns
+        that forward error (None without a reference)."""
+        if not isinstance(self.source, Reference):
+            return None
+        ours = [o.detach().double().reshape(-1) for o in op_outputs]
+        theirs = [o.reshape(-1) for o in self.source.forward]
+        if len(ours) != len(theirs) or any(a.shape != b.shape for a, b in zip(ours, theirs)):
+            raise UsageError(f"the reference returns {len(theirs)} output(s) of shapes "
+                             f"{[tuple(t.shape) for t in self.source.forward]}, the op {len(ours)} of shapes "
+                             f"{[tuple(o.shape) for o in op_outputs]}: they must match")
+        self.forward_error = max((relative_error(a, b) for a, b in zip(ours, theirs)), default=0.0)
+        self.base = [max(t, 4 * self.forward_error) if t else t for t in self.base]
+        return self.forward_error
+
+    @property
+    def decides(self):
+        return self.forward_error <= NOISY
+
+    def expected(self, grad_outputs):
+        return self.source.expected(grad_outputs, list(self.base))
