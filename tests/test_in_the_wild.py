@@ -1,0 +1,151 @@
+"""tools/in_the_wild.py and docs/in-the-wild.md, without a GPU and without the wheels.
+
+The script itself needs a CUDA GPU and the releases' wheels; here it must refuse with exit 2 and
+say why, refuse bad arguments the same way, keep its case table consistent (each trap one the
+checker names, each link the library's own tracker, each case's setup present), build the
+download command pinned as the GPU machine needs, and judge verdicts by its stated rule. The
+reader's page must quote only what the committed log says.
+"""
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "in_the_wild.py"
+DOC = REPO / "docs" / "in-the-wild.md"
+LOG = REPO / "benchmarks" / "results" / "in_the_wild_h200.log"
+sys.path.insert(0, str(REPO / "practice"))
+
+spec = importlib.util.spec_from_file_location("in_the_wild", TOOL)
+wild = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wild)
+
+TRACKERS = {"liger-kernel": "linkedin/Liger-Kernel", "fla-core": "fla-org/flash-linear-attention"}
+
+
+def run_tool(*args):
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+
+
+def cuda_available():
+    import torch
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a CUDA GPU")
+def test_without_a_gpu_it_exits_2_and_says_why():
+    done = run_tool()
+    assert done.returncode == 2
+    assert "needs a CUDA GPU" in done.stderr and "interpreter is not the truth" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--case", "no-such-case"], ["--jobs", "0"], ["--no-such-flag"]])
+def test_bad_arguments_exit_2_without_a_traceback(args):
+    done = run_tool(*args)
+    assert done.returncode == 2
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_missing_wheels_exit_2_naming_them(tmp_path):
+    done = run_tool("--interpret", "--wheels", str(tmp_path), "--case", "fla-l2warp")
+    assert done.returncode == 2
+    assert "fla-core 0.5.1" in done.stderr and "fla-core 0.5.2" in done.stderr and "--download" in done.stderr
+
+
+def test_list_names_every_case_with_its_releases():
+    done = run_tool("--list")
+    assert done.returncode == 0
+    for case in wild.CASES:
+        assert f"{case.name}: {case.dist} {case.buggy} (buggy) -> {case.fixed} (fixed)" in done.stdout
+
+
+def test_the_case_table_is_consistent():
+    from backward_checker import TRAPS
+    assert len(wild.CASES) >= 5
+    assert len({c.name for c in wild.CASES}) == len(wild.CASES)
+    assert len({c.trap_class.split(" (")[0] for c in wild.CASES}) >= 4, "cases of at least four trap classes"
+    for case in wild.CASES:
+        assert case.expected in TRAPS, case.name
+        assert all(trap in TRAPS for trap, _ in case.known), case.name
+        buggy, fixed = ([int(x) for x in v.split(".")] for v in (case.buggy, case.fixed))
+        assert buggy < fixed, case.name
+        assert callable(getattr(wild, case.setup)), case.name
+        for link in case.links + tuple(link for _, link in case.known):
+            assert re.fullmatch(rf"https://github.com/{TRACKERS[case.dist]}/(issues|pull)/\d+", link), link
+        assert case.hid.strip() and len(case.hid) > 60, f"{case.name}: say how the bug hid"
+
+
+def test_download_pins_the_gpu_machines_python_and_fetches_one_release_a_call(monkeypatch, tmp_path):
+    calls = []
+
+    class Done:
+        returncode = 0
+    monkeypatch.setattr(wild.subprocess, "run", lambda command, **kw: calls.append(command) or Done())
+    assert wild.download(tmp_path) == 0
+    specs = [c[-1] for c in calls]
+    for case in wild.CASES:
+        assert f"{case.dist}=={case.buggy}" in specs and f"{case.dist}=={case.fixed}" in specs
+    assert "{}=={}".format(*wild.SWEEP_RELEASE) in specs
+    for command in calls:
+        assert "--no-deps" in command and "--only-binary=:all:" in command
+        assert command[command.index("--python-version") + 1] == "3.12"
+        assert "manylinux_2_17_x86_64" in command
+
+    class Failed:
+        returncode = 1
+    monkeypatch.setattr(wild.subprocess, "run", lambda command, **kw: Failed())
+    assert wild.download(tmp_path) == 2
+
+
+def test_the_verdict_rule():
+    case = next(c for c in wild.CASES if c.known)
+    known = case.known[0][0]
+
+    def checker(*traps):
+        return {"checker": {"traps": list(traps)}}
+    assert wild.judge(case, "buggy", checker(case.expected, known)) == "as expected"
+    assert wild.judge(case, "buggy", checker(known)).startswith("NO")
+    assert wild.judge(case, "fixed", checker(known)) == "as expected"
+    assert wild.judge(case, "fixed", checker()) == "as expected"
+    assert wild.judge(case, "fixed", checker("crashes")).startswith("NO")
+    assert wild.judge(case, "fixed", {"error": "exit 1"}).startswith("NO")
+
+
+def test_arguments_bind_to_the_real_signature_with_defaults():
+    import torch
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, target, weight=None, reduction="mean", eps=1e-6):
+            return x.clone()
+    assert wild.positional(Op, (1, 2), {"eps": 3}) == [1, 2, None, "mean", 3]
+
+
+def table_rows(text):
+    """The rows of the results table (case | release | checker | gradcheck | opcheck | verdict)."""
+    names = {c.name for c in wild.CASES}
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].strip("`") in names:
+            rows.append([c.strip("`") for c in cells])
+    return rows
+
+
+@pytest.mark.skipif(not LOG.exists(), reason="the H200 log is not committed yet")
+def test_the_page_quotes_only_what_the_log_says():
+    log, doc = LOG.read_text(), DOC.read_text()
+    tree = log.splitlines()[0].split("tree: ")[1]
+    assert tree in doc, "the page names the tree its log measured"
+    assert table_rows(doc) == table_rows(log), "the page's table is the log's"
+    assert len(table_rows(log)) == 2 * len(wild.CASES)
+    for case in wild.CASES:
+        assert all(link in doc for link in case.links), case.name
+    for quoted in re.findall(r"^> (.+)$", doc, flags=re.M):  # quoted report lines are the log's lines
+        assert quoted.strip() in log, quoted
+    assert "/work/" not in doc and "/tmp/" not in doc
