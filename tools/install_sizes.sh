@@ -21,6 +21,10 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
+# A Linux x86_64 machine with glibc 2.28 or newer takes any of these wheel tags (pip's
+# --platform does not add the older manylinux tags itself).
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+  --platform manylinux2014_x86_64 --platform linux_x86_64)
 work=""
 
 err() {
@@ -75,11 +79,12 @@ cuda_route() {
   local dl=$work/cuda-wheels venv=$work/cuda-venv TIMEFORMAT='%R'
   local seconds
   printf '\n===== 1. make check on Linux x86_64 from PyPI (Python 3.11)\n'
-  printf 'pip download --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.11 -r requirements.txt\n'
+  printf 'pip download --only-binary=:all: %s --python-version 3.11 -r requirements.txt\n' "${PLATFORMS[*]}"
   printf '(no pip configuration file, no find-links: PyPI only)\n'
   seconds=$({ time env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= "$PYTHON" -m pip download -q \
-    --no-cache-dir --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.11 \
-    -r requirements.txt -d "$dl" >&2; } 2>&1 | tail -n 1) || { err "the PyPI download failed"; return 1; }
+    --no-cache-dir --only-binary=:all: "${PLATFORMS[@]}" --python-version 3.11 \
+    -r requirements.txt -d "$dl" 2>"$work/pip.stderr"; } 2>&1 | tail -n 1) ||
+    { err "the PyPI download failed: $(tail -n 3 "$work/pip.stderr")"; return 1; }
   printf 'downloaded in %s s (depends on the network)\n' "$seconds"
   torch_build "$dl"
   printf 'the wheels (download, unpacked):\n'
@@ -88,8 +93,8 @@ cuda_route() {
   "$PYTHON" -m venv "$venv"
   printf 'an empty venv: %s MB\n' "$(du_mb "$venv")"
   seconds=$({ time env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= "$venv/bin/python" -m pip install \
-    -q --no-index --find-links "$dl" -r requirements.txt >&2; } 2>&1 | tail -n 1) ||
-    { err "the offline install failed"; return 1; }
+    -q --no-index --find-links "$dl" -r requirements.txt 2>"$work/pip.stderr"; } 2>&1 | tail -n 1) ||
+    { err "the offline install failed: $(tail -n 3 "$work/pip.stderr")"; return 1; }
   printf 'installed in %s s (unpacking and byte-compiling only, no download)\n' "$seconds"
   printf 'the venv: %s MB (du -sm)\n' "$(du_mb "$venv")"
   rm -rf "$dl" "$venv"
@@ -104,7 +109,8 @@ cpu_route() {
   printf "this machine's pip configuration:\n"
   "$venv/bin/python" -m pip config list | sed 's/^/  /'
   seconds=$({ time env PIP_CACHE_DIR="$work/cache" "$venv/bin/python" -m pip install -q --report "$work/report.json" \
-    -r requirements.txt >&2; } 2>&1 | tail -n 1) || { err "the install failed"; return 1; }
+    -r requirements.txt 2>"$work/pip.stderr"; } 2>&1 | tail -n 1) ||
+    { err "the install failed: $(tail -n 3 "$work/pip.stderr")"; return 1; }
   printf 'then pip install -r requirements.txt (an empty pip cache): %s s; where each came from:\n' "$seconds"
   "$PYTHON" -c '
 import json, sys
@@ -118,8 +124,8 @@ for item in json.load(open(sys.argv[1]))["install"]:
   env PIP_CACHE_DIR="$work/cache" "$venv/bin/python" -m pip download -q -r requirements.txt -d "$dl" >&2
   torch_build "$dl"
   wheel_sizes "$dl"
-  seconds=$({ time env PIP_CACHE_DIR="$work/cache" "$venv/bin/python" -m pip install -q -r requirements-dev.txt >&2; } \
-    2>&1 | tail -n 1) || { err "the contributors' install failed"; return 1; }
+  seconds=$({ time env PIP_CACHE_DIR="$work/cache" "$venv/bin/python" -m pip install -q -r requirements-dev.txt \
+    2>"$work/pip.stderr"; } 2>&1 | tail -n 1) || { err "the contributors' install failed: $(tail -n 3 "$work/pip.stderr")"; return 1; }
   printf '\nthen pip install -r requirements-dev.txt (what make test adds): %s s; the venv: %s MB\n' \
     "$seconds" "$(du_mb "$venv")"
   rm -rf "$venv" "$dl"
