@@ -203,14 +203,18 @@ def block_for(t):
 # binding and specialising the arguments, a cache look-up, hooks. For a small tensor that is
 # most of the op's time. So the first call of each kind goes through kernel[grid](...), which
 # compiles and returns Triton's CompiledKernel, and later calls of the same kind launch that
-# compiled kernel the way Triton's own JITFunction.run does. "Of the same kind" is what Triton
-# specialises on: the device, each pointer's dtype and 16-byte alignment, and whether n is 1,
-# a multiple of 16, or past 2**31. The direct launch is used only where this Triton's
-# JITFunction.run holds exactly LAUNCH_STATEMENT (recognised from its source), never under the
-# interpreter, and never while a launch hook is set; everywhere else every call takes the
-# ordinary kernel[grid](...). It is off unless asked for (HARDENED_OPS_LEAN_LAUNCH=1, or
-# launch_path(lean=True)), because it copies Triton's internals: on the H200 (Triton 3.6) it
-# saved about 4 us a launch (docs/call-cost.md), and the hardening tests pass with it on.
+# compiled kernel the way Triton's own JITFunction.run does. "Of the same kind" is everything
+# Triton's own cache key holds (JITFunction.run: the specialisation, and str() of the options it
+# adds): the device, each pointer's dtype and 16-byte alignment, whether n is 1, a multiple of
+# 16, or past 2**31, and the options, debug (the kernel's own or knobs.runtime.debug) and the
+# instrumentation mode. Whatever Triton would do besides the look-up sends the call through
+# kernel[grid](...): a launch hook or a pre-run hook set, a stages-inspection hook (it adds to
+# Triton's key), or a global the kernel read that has changed since it was compiled (Triton then
+# raises). The direct launch is used only where this Triton's JITFunction.run holds exactly
+# LAUNCH_STATEMENT (recognised from its source), never under the interpreter. It is off unless
+# asked for (HARDENED_OPS_LEAN_LAUNCH=1, or launch_path(lean=True)), because it copies Triton's
+# internals, and because its gain on the H200 did not stand clear of the noise of identical code
+# timed twice (docs/call-cost.md); the hardening tests pass with it on.
 LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
                     "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
                     "*bound_args.values())")
@@ -246,19 +250,35 @@ LEAN_LAUNCH = LEAN_LAUNCH_AVAILABLE and os.environ.get("HARDENED_OPS_LEAN_LAUNCH
 if LEAN_LAUNCH_AVAILABLE:
     from triton import knobs as _knobs
     from triton.runtime.driver import driver as _driver
-_compiled_kernels = {}  # (kernel, device, BLOCK, specialisation of n and of each pointer) -> CompiledKernel
+_compiled_kernels = {}  # lean_key(...) -> CompiledKernel
+
+import threading  # noqa: E402  (for launch_path alone)
+
+_launch_path_lock = threading.Lock()
+_launch_path_blocks = []  # (token, lean) of each launch_path block open now, in the order entered
+_launch_path_outside = [LEAN_LAUNCH]  # the path before the first of them was entered
 
 
 @contextlib.contextmanager
 def launch_path(lean):
     """Within the block, launches take the lean path (where this Triton allows it) or the ordinary
-    kernel[grid](...). For measuring one against the other; not thread-safe."""
+    kernel[grid](...). It is process-wide, not per thread: the autograd engine runs a backward's
+    launches on a thread of its own, and they must follow the block too. Threads may open blocks at
+    once: the block entered last, of those still open, decides for every thread, and when the last
+    one closes, the path is what it was before the first was entered (never left switched on)."""
     global LEAN_LAUNCH
-    before, LEAN_LAUNCH = LEAN_LAUNCH, bool(lean) and LEAN_LAUNCH_AVAILABLE
+    token = object()
+    with _launch_path_lock:
+        if not _launch_path_blocks:
+            _launch_path_outside[0] = LEAN_LAUNCH
+        _launch_path_blocks.append((token, bool(lean) and LEAN_LAUNCH_AVAILABLE))
+        LEAN_LAUNCH = _launch_path_blocks[-1][1]
     try:
         yield
     finally:
-        LEAN_LAUNCH = before
+        with _launch_path_lock:
+            _launch_path_blocks[:] = [block for block in _launch_path_blocks if block[0] is not token]
+            LEAN_LAUNCH = _launch_path_blocks[-1][1] if _launch_path_blocks else _launch_path_outside[0]
 
 
 def _launch_hooks_set():
@@ -266,6 +286,24 @@ def _launch_hooks_set():
     3.4 keeps each hook as None or a function; 3.5 and later as a HookChain, empty unless one was added."""
     return any(hook is not None and getattr(hook, "calls", True)
                for hook in (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook))
+
+
+def lean_key(kernel, tensors, n, BLOCK):
+    """What Triton's own cache key holds for this launch: the device, BLOCK, n's and each pointer's
+    specialisation, and the options JITFunction.run adds (debug, the instrumentation mode)."""
+    return (kernel, tensors[0].device.index, BLOCK, n == 1, n % 16 == 0, n < 2**31,
+            *[(t.dtype, t.data_ptr() % 16 == 0) for t in tensors],
+            kernel.debug or _knobs.runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None))
+
+
+def _triton_must_launch(kernel):
+    """Whether Triton would do more than look the kernel up: a hook to run, or a changed global to refuse."""
+    if _launch_hooks_set() or getattr(kernel, "pre_run_hooks", None) \
+            or getattr(_knobs.runtime, "add_stages_inspection_hook", None) is not None:
+        return True
+    missing = object()
+    return any(globals_dict.get(name, missing) != value
+               for (name, _), (value, globals_dict) in getattr(kernel, "used_global_vals", {}).items())
 
 
 def launch(kernel, tensors, n, BLOCK):
@@ -276,14 +314,12 @@ def launch(kernel, tensors, n, BLOCK):
     if not LEAN_LAUNCH:
         kernel[(grid,)](*tensors, n, BLOCK=BLOCK)
         return
-    device = tensors[0].device.index
-    key = (kernel, device, BLOCK, n == 1, n % 16 == 0, n < 2**31,
-           *[(t.dtype, t.data_ptr() % 16 == 0) for t in tensors])
+    key = lean_key(kernel, tensors, n, BLOCK)
     compiled = _compiled_kernels.get(key)
-    if compiled is None or _launch_hooks_set():
+    if compiled is None or _triton_must_launch(kernel):
         _compiled_kernels[key] = kernel[(grid,)](*tensors, n, BLOCK=BLOCK)
         return
-    compiled.run(grid, 1, 1, _driver.active.get_current_stream(device), compiled.function, compiled.packed_metadata,
+    compiled.run(grid, 1, 1, _driver.active.get_current_stream(key[1]), compiled.function, compiled.packed_metadata,
                  None, None, None, *tensors, n, BLOCK)
 
 

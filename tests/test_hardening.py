@@ -209,12 +209,97 @@ def test_the_lean_launch_uses_the_kernel_triton_itself_would_pick(case, monkeypa
     monkeypatch.undo()
     n, block = x.numel(), hardened_ops.block_for(x)
     out = torch.empty_like(x)
-    key = (hardened_ops.gelu_forward_kernel, x.device.index, block, n == 1, n % 16 == 0, n < 2**31,
-           (x.dtype, x.data_ptr() % 16 == 0), (out.dtype, out.data_ptr() % 16 == 0))
+    key = hardened_ops.lean_key(hardened_ops.gelu_forward_kernel, (x, out), n, block)
+    assert key[:6] == (hardened_ops.gelu_forward_kernel, x.device.index, block, n == 1, n % 16 == 0, n < 2**31)
     cached = hardened_ops._compiled_kernels[key]
     triton_own = hardened_ops.gelu_forward_kernel.run(x, out, n, BLOCK=block, grid=(triton.cdiv(n, block),),
                                                       warmup=True)
     assert cached is triton_own, "the lean launch cached another compiled kernel than Triton's own cache holds"
+
+
+def launches_through_triton(monkeypatch, call):
+    """How many times call() went through Triton's own JITFunction.run."""
+    import triton
+    runs = []
+    run = triton.runtime.jit.JITFunction.run
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run",
+                        lambda self, *args, **kwargs: runs.append(self) or run(self, *args, **kwargs))
+    call()
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", run)
+    return len(runs)
+
+
+@requires_gpu
+def test_the_lean_launch_is_keyed_on_triton_debug_as_triton_is(monkeypatch):
+    from triton import knobs
+    x = seeded_randn(1000, seed=27)
+    kernel = hardened_ops.gelu_forward_kernel
+
+    def call():
+        with hardened_ops.launch_path(lean=True):
+            hardened_ops.launch_forward(kernel, x)
+    call()
+    assert launches_through_triton(monkeypatch, call) == 0, "the cached kernel should launch directly"
+    monkeypatch.setattr(knobs.runtime, "debug", True)  # switched on after the first call
+    assert launches_through_triton(monkeypatch, call) == 1, "debug changes Triton's key: its own launch first"
+    assert launches_through_triton(monkeypatch, call) == 0
+    out = torch.empty_like(x)
+    debug_kernel = hardened_ops._compiled_kernels[hardened_ops.lean_key(kernel, (x, out), x.numel(), 1024)]
+    assert debug_kernel.metadata.debug, "the kernel cached under debug is Triton's debug kernel"
+    assert debug_kernel is kernel.run(x, out, x.numel(), BLOCK=1024, grid=(1,), warmup=True)
+
+
+@requires_gpu
+def test_a_pre_run_hook_sends_every_launch_through_triton(monkeypatch):
+    x = seeded_randn(1000, seed=28)
+    kernel, seen = hardened_ops.gelu_forward_kernel, []
+
+    def call():
+        with hardened_ops.launch_path(lean=True):
+            hardened_ops.launch_forward(kernel, x)
+    call()
+    kernel.pre_run_hooks.append(lambda *args, **kwargs: seen.append(1))
+    try:
+        assert launches_through_triton(monkeypatch, call) == 1 and seen == [1]
+    finally:
+        kernel.pre_run_hooks.pop()
+    assert launches_through_triton(monkeypatch, call) == 0
+
+
+def test_launch_path_is_never_left_switched_on_by_two_threads(monkeypatch):
+    """Thread a enters lean, b enters lean, a leaves, b leaves: the path is the ordinary one again."""
+    import threading
+    monkeypatch.setattr(hardened_ops, "LEAN_LAUNCH_AVAILABLE", True)  # the flag alone; nothing is launched
+    monkeypatch.setattr(hardened_ops, "LEAN_LAUNCH", False)
+    steps = [threading.Event() for _ in range(4)]
+    seen = {}
+
+    def a():
+        with hardened_ops.launch_path(lean=True):
+            steps[0].set()
+            steps[1].wait(5)
+        seen["after a left"] = hardened_ops.LEAN_LAUNCH
+        steps[2].set()
+
+    def b():
+        steps[0].wait(5)
+        with hardened_ops.launch_path(lean=True):
+            steps[1].set()
+            steps[2].wait(5)
+            seen["b still open"] = hardened_ops.LEAN_LAUNCH
+        steps[3].set()
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen == {"after a left": True, "b still open": True}
+    assert hardened_ops.LEAN_LAUNCH is False, "the last block to close restores the path from before the first"
+    with hardened_ops.launch_path(lean=True):
+        with hardened_ops.launch_path(lean=False):
+            assert hardened_ops.LEAN_LAUNCH is False
+        assert hardened_ops.LEAN_LAUNCH is True
+    assert hardened_ops.LEAN_LAUNCH is False
 
 
 @requires_gpu
