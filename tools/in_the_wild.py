@@ -134,8 +134,10 @@ def positional(fn, args, kwargs):
 def _pad(reference, fn, args, kwargs):
     """reference returning one tensor, padded with None to as many outputs as fn returns."""
     import torch
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.no_grad():
-        out = fn.apply(*[a.clone() if isinstance(a, torch.Tensor) else a for a in positional(fn, args, kwargs)])
+        out = fn.apply(*[a.to(device, copy=True) if isinstance(a, torch.Tensor) else a
+                         for a in positional(fn, args, kwargs)])
     count = len(out) if isinstance(out, tuple) else 1
 
     def padded(*a, **k):
