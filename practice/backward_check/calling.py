@@ -41,10 +41,12 @@ def differentiable(value):
 
 @dataclasses.dataclass
 class Slot:
-    """One argument: where it goes (an index into args, or a keyword), its name, its value."""
+    """One argument: where it goes (an index into args, or a keyword), its name, its value, and how
+    the caller gave it ("positional", "keyword" or "default"): the reference is called the same way."""
     key: object
     name: str
     value: object
+    given: str = "positional"
 
     @property
     def is_tensor(self):
@@ -73,11 +75,12 @@ class Op:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as error:
                 raise UsageError(f"{self.name}{signature} cannot take these arguments: {error}") from None
+            named = set(bound.arguments)
             bound.apply_defaults()
-            self.slots = self._slots_from(bound)
+            self.slots = self._slots_from(bound, named, len(args))
         else:
             self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
-            self.slots += [Slot(k, k, v) for k, v in kwargs.items()]
+            self.slots += [Slot(k, k, v, "keyword") for k, v in kwargs.items()]
         if self.function and any(isinstance(s.key, str) for s in self.slots):
             raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
         self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable]
@@ -86,18 +89,19 @@ class Op:
                              f"pass the op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
 
     @staticmethod
-    def _slots_from(bound):
+    def _slots_from(bound, named, positional_count):
         slots = []
         for name, value in bound.arguments.items():
             kind = bound.signature.parameters[name].kind
+            given = "default" if name not in named else "positional" if len(slots) < positional_count else "keyword"
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 slots += [Slot(len(slots), f"{name}[{i}]", v) for i, v in enumerate(value)]
             elif kind is inspect.Parameter.VAR_KEYWORD:
-                slots += [Slot(k, k, v) for k, v in value.items()]
+                slots += [Slot(k, k, v, "keyword") for k, v in value.items()]
             elif kind is inspect.Parameter.KEYWORD_ONLY:
-                slots.append(Slot(name, name, value))
+                slots.append(Slot(name, name, value, given))
             else:
-                slots.append(Slot(len(slots), name, value))
+                slots.append(Slot(len(slots), name, value, given))
         return slots
 
     def with_values(self, values):
@@ -118,9 +122,15 @@ class Op:
     # -- calls ---------------------------------------------------------------------------
 
     def call(self, values, fn=None):
-        fn = fn or (self.fn.apply if self.function else self.fn)
-        args = [v for s, v in zip(self.slots, values) if not isinstance(s.key, str)]
-        kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
+        """The op on these values: a Function through .apply, every argument in its place. Another fn
+        (the reference) is called as the caller called the op: positional, keyword, defaults left out."""
+        if fn is None:
+            fn = self.fn.apply if self.function else self.fn
+            args = [v for s, v in zip(self.slots, values) if not isinstance(s.key, str)]
+            kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
+            return fn(*args, **kwargs)
+        args = [v for s, v in zip(self.slots, values) if s.given == "positional"]
+        kwargs = {s.name: v for s, v in zip(self.slots, values) if s.given == "keyword"}
         return fn(*args, **kwargs)
 
     def fresh(self, frozen=(), dtype=None, values=None):
@@ -176,6 +186,7 @@ class Run:
     passed: list
     outputs: list          # every tensor output
     graded: list           # the outputs that carry a gradient
+    raw: object = None     # what the op returned, as it returned it
 
     def grad(self, grad_outputs, create_graph=False, retain_graph=False):
         """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none)."""
@@ -189,8 +200,9 @@ class Run:
 
 def forward(op, frozen=(), dtype=None, values=None, fn=None):
     leaves, passed = op.fresh(frozen=frozen, dtype=dtype, values=values)
-    outputs = flatten(op.call(passed, fn=fn))
-    return Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)])
+    raw = op.call(passed, fn=fn)
+    outputs = flatten(raw)
+    return Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)], raw)
 
 
 def vjp(op, grad_outputs, frozen=(), values=None):

@@ -1,0 +1,125 @@
+"""practice/backward_checker.py from a terminal: real signatures through example_inputs, exit codes,
+usage errors in one line, and the backend chosen before the reader's file imports triton."""
+import subprocess
+import sys
+import textwrap
+
+from chapter_scripts import REPO
+
+CHECKER = REPO / "practice/backward_checker.py"
+
+
+def run(*args, cwd=REPO):
+    return subprocess.run([sys.executable, str(CHECKER), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def write(tmp_path, body, name="my_ops.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+OPS = '''
+    import triton  # imported first, as a reader's own kernels file does
+    import torch
+
+    class Good(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.exp(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, = ctx.saved_tensors
+            return grad_output * torch.exp(x)
+
+    class Uniform(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.exp(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, = ctx.saved_tensors
+            return grad_output.mean() * torch.exp(x)
+'''
+
+
+def test_exit_1_on_a_trap_and_0_when_clean(tmp_path):
+    module = write(tmp_path, OPS)
+    clean = run(module, "--function", "Good")
+    assert clean.returncode == 0 and "check_backward(Good): clean" in clean.stdout, clean.stdout + clean.stderr
+    trapped = run(module)
+    assert trapped.returncode == 1 and "assumes a uniform grad_output" in trapped.stdout, trapped.stdout
+
+
+def test_usage_errors_exit_2_in_one_line(tmp_path):
+    module = write(tmp_path, OPS)
+    missing = run(module, "--function", "Nope")
+    assert missing.returncode == 2 and "defines no Function named ['Nope']" in missing.stderr
+    assert "Traceback" not in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    assert run(tmp_path / "none.py").returncode == 2
+    broken = write(tmp_path, "import torch\nraise RuntimeError('my file is broken')\n", "broken.py")
+    result = run(broken)
+    assert result.returncode == 2 and "could not import" in result.stderr and "Traceback" not in result.stderr
+
+
+REAL_SIGNATURES = '''
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    from checker_zoo import (CrossEntropyWithZLoss, LeakyScale, cross_entropy_with_z_loss, leaky_reference,
+                             logits_and_target)
+
+    class LossAndZLoss(CrossEntropyWithZLoss):
+        pass
+
+    class Leaky(LeakyScale):
+        @staticmethod
+        def example_inputs():
+            return torch.randn(4, 6), 0.1, "leaky"      # eps keeps its default
+
+        @staticmethod
+        def reference(x, alpha, mode, bias=None, eps=1e-6):
+            return leaky_reference(x, alpha, mode, bias, eps)
+
+    example_inputs = {{"LossAndZLoss": lambda: dict(zip(("logits", "target"), logits_and_target()),
+                                                     eps=1e-6, reduction="none")}}
+    reference = {{"LossAndZLoss": cross_entropy_with_z_loss}}
+'''
+
+
+def test_a_function_with_eps_reduction_integer_target_and_two_outputs_needs_no_wrapper(tmp_path):
+    module = write(tmp_path, REAL_SIGNATURES.format(tests=str(REPO / "tests")))
+    result = run(module)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check_backward(LossAndZLoss): clean" in result.stdout and "check_backward(Leaky): clean" in result.stdout
+    assert "against the reference" in result.stdout
+
+
+def test_a_float_parameter_without_inputs_is_a_usage_error(tmp_path):
+    module = write(tmp_path, '''
+        import torch
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, alpha: float):
+                ctx.alpha = alpha
+                return x * alpha
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output * ctx.alpha, None
+    ''')
+    result = run(module)
+    assert result.returncode == 2 and "`alpha: float`" in result.stderr and "example_inputs" in result.stderr
+
+
+def test_the_solutions_are_clean_against_finite_differences():
+    """The issue's done-line: the repository's own correct Functions, TritonSiLU's float32 kernel among
+    them, with no reference given (the file defines none)."""
+    result = run(REPO / "practice/solutions.py")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,78 @@
+"""The backward checker against its two zoos (tests/checker_zoo.py): legal code must come back
+clean, and each planted bug must be named with exactly its trap, with and without a reference."""
+import time
+
+import pytest
+import torch
+from chapter_scripts import REPO, scripts_defining
+from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, PLANTED, PLANTED_WITHOUT_REFERENCE, gelu, square
+
+import sys
+sys.path.insert(0, str(REPO / "practice"))
+from backward_checker import check_backward  # noqa: E402
+
+
+@pytest.mark.parametrize("case", list(LEGAL))
+def test_legal_code_gets_a_clean_report(case):
+    op, args, kwargs, reference = LEGAL[case]
+    report = check_backward(op, *args, reference=reference, **kwargs)
+    assert report.clean and not report.inconclusive, str(report)
+    assert "random grad_output" in report.passed, str(report)
+
+
+@pytest.mark.parametrize("case", list(LEGAL_WITHOUT_REFERENCE))
+def test_legal_code_is_clean_against_finite_differences(case):
+    op, args, kwargs = LEGAL_WITHOUT_REFERENCE[case]
+    report = check_backward(op, *args, **kwargs)
+    assert report.clean, str(report)
+
+
+@pytest.mark.parametrize("case", list(PLANTED))
+def test_a_planted_bug_is_named_with_its_trap(case):
+    op, args, kwargs, reference, trap = PLANTED[case]
+    report = check_backward(op, *args, reference=reference, **kwargs)
+    assert report.traps == [trap], str(report)
+
+
+@pytest.mark.parametrize("case", PLANTED_WITHOUT_REFERENCE)
+def test_a_planted_bug_is_named_without_a_reference(case):
+    op, args, kwargs, _, trap = PLANTED[case]
+    report = check_backward(op, *args, **kwargs)
+    assert report.traps == [trap], str(report)
+
+
+def test_notes_say_what_pytorch_accepts_but_wastes():
+    op, args, kwargs, reference = LEGAL["a gradient returned where none is needed"]
+    assert any("throws it away" in n for n in check_backward(op, *args, reference=reference).notes)
+    op, args, kwargs, reference = LEGAL["a float64 gradient for a float32 input"]
+    assert any("torch.float64 gradient" in n for n in check_backward(op, *args, reference=reference).notes)
+
+
+def chapter_functions():
+    return [pytest.param(getattr(p.values[0], name), ref, id=f"{p.id}-{name}")
+            for name, ref in (("TritonGELU", gelu), ("TritonSquare", square)) for p in scripts_defining(name)]
+
+
+@pytest.mark.parametrize("op, reference", chapter_functions())
+def test_the_books_functions_are_flagged_only_for_a_transposed_input(op, reference):
+    """The listings feed the saved x to the kernel as it is: right for every grad_output autograd hands
+    on, wrong for x.t() (docs/differences.md shows the same from tools/listing_failures.py)."""
+    x = torch.randn(3, 5).to(check_backward.__globals__["DEVICE"])
+    report = check_backward(op, x, reference=reference)
+    assert report.traps == ["assumes a contiguous input"], str(report)
+    assert {"random grad_output", "the layouts autograd hands on", "grad_output unchanged"} <= set(report.passed)
+
+
+def test_the_callers_tensors_are_never_touched():
+    op, args, kwargs, reference, _ = PLANTED["forward writes into its logits (Liger-Kernel cross-entropy)"]
+    kept = [a.clone() for a in args]
+    check_backward(op, *args, reference=reference)
+    assert all(torch.equal(a, k) for a, k in zip(args, kept))
+
+
+def test_a_typical_check_takes_about_a_second():
+    op, args, kwargs, reference = LEGAL["hardened TritonGELU"]
+    check_backward(op, *args, reference=reference)  # Triton compiles (or the interpreter warms) once
+    start = time.perf_counter()
+    report = check_backward(op, *args, reference=reference)
+    assert report.clean and time.perf_counter() - start < 10.0  # about 1 s here; generous for a loaded CI
