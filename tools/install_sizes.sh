@@ -21,10 +21,13 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-# A Linux x86_64 machine with glibc 2.28 or newer takes any of these wheel tags (pip's
-# --platform does not add the older manylinux tags itself).
-PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
-  --platform manylinux2014_x86_64 --platform linux_x86_64)
+# A Linux x86_64 machine with glibc 2.28 takes every manylinux tag up to 2.28 (the nvidia-*
+# wheels use 2.17, 2.18 and 2.27); pip's --platform adds no older tag itself.
+PLATFORMS=()
+for glibc_minor in $(seq 28 -1 5); do PLATFORMS+=(--platform "manylinux_2_${glibc_minor}_x86_64"); done
+PLATFORMS+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64
+  --platform linux_x86_64)
+readonly PLATFORMS
 work=""
 
 err() {
@@ -79,7 +82,8 @@ cuda_route() {
   local dl=$work/cuda-wheels venv=$work/cuda-venv TIMEFORMAT='%R'
   local seconds
   printf '\n===== 1. make check on Linux x86_64 from PyPI (Python 3.11)\n'
-  printf 'pip download --only-binary=:all: %s --python-version 3.11 -r requirements.txt\n' "${PLATFORMS[*]}"
+  printf 'pip download --only-binary=:all: --platform manylinux_2_28_x86_64 (and every older manylinux tag)\n'
+  printf '  --python-version 3.11 -r requirements.txt\n'
   printf '(no pip configuration file, no find-links: PyPI only)\n'
   seconds=$({ time env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= "$PYTHON" -m pip download -q \
     --no-cache-dir --only-binary=:all: "${PLATFORMS[@]}" --python-version 3.11 \
