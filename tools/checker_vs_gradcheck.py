@@ -1,0 +1,169 @@
+"""
+The backward checker beside gradcheck and opcheck, on the same code
+===================================================================
+
+Runs three tools over the checker's zoos (tests/checker_zoo.py): every planted bug, which each
+tool should flag, and the legal code, which none should. The tools:
+
+  checker    practice/backward_checker.py's check_backward, with the case's torch reference
+  gradcheck  torch.autograd.gradcheck on float64 copies of the inputs, its defaults
+  opcheck    torch.library.opcheck, on the cases that are also registered here as custom ops
+             (torch.library.custom_op with register_autograd); elsewhere it does not apply
+
+    python tools/checker_vs_gradcheck.py            # a Markdown table on stdout
+    python tools/checker_vs_gradcheck.py --log FILE # and a log naming the tree
+
+Exit status: 0 when the checker flags every planted bug with its trap and no legal case,
+1 otherwise, 2 on a usage error.
+"""
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "practice")]
+from backward_checker import BACKEND, check_backward  # noqa: E402  (picks the backend first)
+from backward_check.calling import Op  # noqa: E402
+
+import torch  # noqa: E402
+from checker_zoo import LEGAL, PLANTED, dgelu  # noqa: E402
+
+
+def float64(value):
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().double().requires_grad_(True)
+    return value
+
+
+def gradcheck_verdict(op, args, kwargs):
+    """gradcheck on float64 copies, every argument bound to the forward's signature, as the checker binds it."""
+    bound = Op(op, args, kwargs)
+    call = op.apply if isinstance(op, type) else op
+    positional = [s for s in bound.slots if not isinstance(s.key, str)]
+    keywords = [s for s in bound.slots if isinstance(s.key, str)]
+    values = [float64(s.value) for s in positional + keywords]
+
+    def f(*values):
+        return call(*values[:len(positional)], **{s.key: v for s, v in zip(keywords, values[len(positional):])})
+
+    try:
+        torch.autograd.gradcheck(f, values, raise_exception=True)
+        return "passes"
+    except Exception as error:  # noqa: BLE001  (gradcheck's failure is its verdict)
+        first = " ".join(str(error).split())[:70]
+        return f"fails ({type(error).__name__}: {first})"
+
+
+# -- three planted bugs as custom ops, where opcheck applies -------------------------------
+
+def custom_ops():
+    """{case: custom op} for three planted bugs, registered with torch.library.custom_op."""
+    if not hasattr(torch.library, "custom_op"):
+        return {}
+    ops = {}
+
+    @torch.library.custom_op("checker_zoo::row_loss_first_scale", mutates_args=())
+    def row_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return -torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(1)
+
+    @row_loss.register_fake
+    def _(logits, target):
+        return logits.new_empty(logits.shape[0])
+
+    def row_loss_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def row_loss_backward(ctx, grad_output):
+        logits, target = ctx.saved_tensors
+        grad = torch.softmax(logits, dim=-1)
+        grad[torch.arange(len(target)), target] -= 1.0
+        return grad * grad_output[0], None  # BUG: grad_output[:, None]
+
+    row_loss.register_autograd(row_loss_backward, setup_context=row_loss_setup)
+    ops["a row loss scaled by grad_output[0] (Liger-Kernel#584)"] = row_loss
+
+    @torch.library.custom_op("checker_zoo::cross_entropy_writes_logits", mutates_args=())
+    def writes_logits(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(logits, dim=-1)
+        loss = -logp.gather(1, target[:, None]).squeeze(1)
+        logits.copy_(logp.exp())  # BUG: the schema says nothing is mutated
+        return loss
+
+    @writes_logits.register_fake
+    def _(logits, target):
+        return logits.new_empty(logits.shape[0])
+
+    def writes_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def writes_backward(ctx, grad_output):
+        softmax, target = ctx.saved_tensors
+        grad = softmax.clone()
+        grad[torch.arange(len(target)), target] -= 1.0
+        return grad * grad_output[:, None], None
+
+    writes_logits.register_autograd(writes_backward, setup_context=writes_setup)
+    ops["forward writes into its logits (Liger-Kernel cross-entropy)"] = writes_logits
+
+    @torch.library.custom_op("checker_zoo::gelu_mul_on_grad_output", mutates_args=())
+    def gelu(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x)
+
+    @gelu.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    def gelu_setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def gelu_backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return grad_output.mul_(dgelu(x))  # BUG: writes into grad_output
+
+    gelu.register_autograd(gelu_backward, setup_context=gelu_setup)
+    ops["mul_ on grad_output"] = gelu
+    return ops
+
+
+def opcheck_verdict(custom, args):
+    try:
+        torch.library.opcheck(custom, tuple(float64(a) if isinstance(a, torch.Tensor) else a for a in args))
+        return "passes"
+    except Exception as error:  # noqa: BLE001
+        return f"fails ({type(error).__name__}: {' '.join(str(error).split())[:70]})"
+
+
+def tree():
+    described = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True)
+    return described.stdout.strip() or "unknown"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
+    parser.add_argument("--log", type=Path, help="also write the table, with the tree and versions, here")
+    args = parser.parse_args(argv)
+    ops = custom_ops()
+    rows, misses = [], 0
+    for kind, zoo in (("planted", PLANTED), ("legal", LEGAL)):
+        for case, entry in zoo.items():
+            op, call_args, kwargs, reference = entry[:4]
+            want = entry[4] if kind == "planted" else None
+            report = check_backward(op, *call_args, reference=reference, **kwargs)
+            ok = report.traps == [want] if want else report.clean
+            misses += not ok
+            checker = ", ".join(report.traps) or "clean"
+            opcheck = opcheck_verdict(ops[case], call_args) if case in ops else "does not apply"
+            rows.append(f"| {kind} | {case} | {checker}{'' if ok else ' (WRONG)'} | "
+                        f"{gradcheck_verdict(op, call_args, kwargs)} | {opcheck} |")
+    head = [f"tree {tree()}; torch {torch.__version__}, {BACKEND}", "",
+            "| zoo | case | checker | gradcheck | opcheck |", "|---|---|---|---|---|"]
+    text = "\n".join(head + rows) + f"\n\n{misses} case(s) where the checker is wrong\n"
+    print(text)
+    if args.log:
+        args.log.write_text(text)
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
