@@ -5,7 +5,8 @@ The backward checker beside gradcheck and opcheck, on the same code
 Runs three tools over the checker's zoos (tests/checker_zoo.py): every planted bug, which each
 tool should flag, and the legal code, which none should. The tools:
 
-  checker    practice/backward_checker.py's check_backward, with the case's torch reference
+  checker    practice/backward_checker.py's check_backward, with the case's torch reference (and,
+             for the third zoo, without one: finite differences), and the seconds it took
   gradcheck  torch.autograd.gradcheck on float64 copies of the inputs, its defaults
   opcheck    torch.library.opcheck, on the cases that are also registered here as custom ops
              (torch.library.custom_op with register_autograd); elsewhere it does not apply
@@ -27,7 +28,7 @@ from backward_checker import BACKEND, check_backward  # noqa: E402  (picks the b
 from backward_check.calling import Op  # noqa: E402
 
 import torch  # noqa: E402
-from checker_zoo import LEGAL, PLANTED, dgelu  # noqa: E402
+from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, PLANTED, dgelu  # noqa: E402
 
 
 def float64(value):
@@ -145,7 +146,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     ops = custom_ops()
     rows, misses = [], 0
-    for kind, zoo in (("planted", PLANTED), ("legal", LEGAL)):
+    without_reference = {case: (op, a, k, None) for case, (op, a, k) in LEGAL_WITHOUT_REFERENCE.items()}
+    for kind, zoo in (("planted", PLANTED), ("legal", LEGAL), ("legal, no reference", without_reference)):
         for case, entry in zoo.items():
             op, call_args, kwargs, reference = entry[:4]
             want = entry[4] if kind == "planted" else None
@@ -153,11 +155,11 @@ def main(argv=None):
             ok = report.traps == [want] if want else report.clean
             misses += not ok
             checker = ", ".join(report.traps) or "clean"
-            opcheck = opcheck_verdict(ops[case], call_args) if case in ops else "does not apply"
-            rows.append(f"| {kind} | {case} | {checker}{'' if ok else ' (WRONG)'} | "
+            opcheck = opcheck_verdict(ops[case], call_args) if case in ops and kind == "planted" else "does not apply"
+            rows.append(f"| {kind} | {case} | {checker}{'' if ok else ' (WRONG)'} | {report.seconds:.1f} | "
                         f"{gradcheck_verdict(op, call_args, kwargs)} | {opcheck} |")
     head = [f"tree {tree()}; torch {torch.__version__}, {BACKEND}", "",
-            "| zoo | case | checker | gradcheck | opcheck |", "|---|---|---|---|---|"]
+            "| zoo | case | checker | checker's seconds | gradcheck | opcheck |", "|---|---|---|---|---|---|"]
     text = "\n".join(head + rows) + f"\n\n{misses} case(s) where the checker is wrong\n"
     print(text)
     if args.log:
