@@ -74,8 +74,9 @@ for requirement in nvidia:
 EOF
 }
 
+# A folder's size in MB (10**6 bytes, as the wheel sizes above), as du counts it.
 du_mb() {
-  du -sm "$1" | cut -f1
+  du -sb "$1" | awk '{ printf "%.0f", $1 / 1e6 }'
 }
 
 cuda_route() {
@@ -100,7 +101,7 @@ cuda_route() {
     -q --no-index --find-links "$dl" -r requirements.txt 2>"$work/pip.stderr"; } 2>&1 | tail -n 1) ||
     { err "the offline install failed: $(tail -n 3 "$work/pip.stderr")"; return 1; }
   printf 'installed in %s s (unpacking and byte-compiling only, no download)\n' "$seconds"
-  printf 'the venv: %s MB (du -sm)\n' "$(du_mb "$venv")"
+  printf 'the venv: %s MB (du -sb)\n' "$(du_mb "$venv")"
   rm -rf "$dl" "$venv"
 }
 
@@ -122,7 +123,7 @@ for item in json.load(open(sys.argv[1]))["install"]:
     meta = item["metadata"]
     print("  " + meta["name"], meta["version"] + ":", item["download_info"]["url"])
 ' "$work/report.json"
-  printf 'the venv: %s MB (du -sm)\n' "$(du_mb "$venv")"
+  printf 'the venv: %s MB (du -sb)\n' "$(du_mb "$venv")"
   "$venv/bin/python" -m pip list --format=freeze | sed 's/^/  /'
   printf 'the wheels it installed (download, unpacked), fetched again from the same sources:\n'
   env PIP_CACHE_DIR="$work/cache" "$venv/bin/python" -m pip download -q -r requirements.txt -d "$dl" >&2
