@@ -138,6 +138,10 @@ def main(argv=None):
     except UsageError as error:
         print(f"backward_checker.py: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # noqa: BLE001  (the checker's own failure: one line, never a traceback)
+        print(f"backward_checker.py: error: the checker itself failed ({type(error).__name__}: "
+              f"{' '.join(str(error).split())[:200]}); please report it with the file", file=sys.stderr)
+        return 2
     return 1 if trapped else 0
 
 

@@ -57,11 +57,13 @@ def after_transpose(t, seed):
     return randn(tuple(reversed(t.shape)), t, seed).permute(*reversed(range(t.dim())))
 
 
+# In the order they are tried: the transpose first (it tells "laid out like its input" apart), the
+# stride-0 ones last, since a kernel that assumes contiguity reads past their small storage.
 LAYOUTS = {
-    "after .sum() (all strides 0)": after_sum,
-    "after .sum(dim=0) (stride 0 along dim 0)": after_sum_dim0,
-    "after torch.cat(dim=-1) (a narrow view)": after_cat,
     "after a transpose": after_transpose,
+    "after torch.cat(dim=-1) (a narrow view)": after_cat,
+    "after .sum(dim=0) (stride 0 along dim 0)": after_sum_dim0,
+    "after .sum() (all strides 0)": after_sum,
 }
 
 

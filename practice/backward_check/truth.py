@@ -78,7 +78,11 @@ class Reference:
             outs = self._outputs(torch.float64)[1]
         except Exception:  # a reference that takes only its own dtype (a Triton one, say)
             self.dtype = None
-            outs = self._outputs(None)[1]
+            try:
+                outs = self._outputs(None)[1]
+            except Exception as error:  # the reference itself is broken: the caller's to fix
+                raise UsageError(f"the reference raised {type(error).__name__}: "
+                                 f"{' '.join(str(error).split())[:160]}") from None
         self.forward = [o.detach().double() for o in outs]
 
     def _outputs(self, dtype):
