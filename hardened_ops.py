@@ -212,9 +212,9 @@ def block_for(t):
 # Triton's key), or a global the kernel read that has changed since it was compiled (Triton then
 # raises). The direct launch is used only where this Triton's JITFunction.run holds exactly
 # LAUNCH_STATEMENT (recognised from its source), never under the interpreter. It is off unless
-# asked for (HARDENED_OPS_LEAN_LAUNCH=1, or launch_path(lean=True)), because it copies Triton's
-# internals, and because its gain on the H200 did not stand clear of the noise of identical code
-# timed twice (docs/call-cost.md); the hardening tests pass with it on.
+# asked for (HARDENED_OPS_LEAN_LAUNCH=1, or launch_path(lean=True)): on the H200 it saved 11% to
+# 22% of each eager rung, beyond the A/A spread (docs/call-cost.md), but it copies Triton's
+# internals, and torch.compile has been run on the ordinary launch only.
 LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
                     "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
                     "*bound_args.values())")

@@ -39,9 +39,15 @@ FIELDS = ["mode", "device", "torch", "triton", "group", "rung", "launch", "engin
 AA_SUFFIX = " (A/A copy)"
 
 
+MEASURED = ["benchmarks/call_cost.py", "benchmarks/call_cost_timing.py", "benchmarks/call_cost_eager.py",
+            "benchmarks/call_cost_compiled.py", "benchmarks/call_cost_graphed.py", "benchmarks/call_cost_handoff.py",
+            "hardened_ops.py", "extras/train_mlp.py", "extras/triton_op.py", "04_standalone_complete.py"]
+
+
 def tree():
-    """The tree measured: `git describe --always --dirty`, with a hash of the uncommitted diff and the
-    paths it touches where the tree is dirty."""
+    """The tree measured: `git describe --always --dirty`. Where it is dirty: a hash of the uncommitted
+    diff, the paths it touches, and the git blob id of each file this benchmark runs, which a commit's
+    `git ls-tree` can be matched against (new files are in no diff)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
     try:
@@ -50,7 +56,10 @@ def tree():
             return described
         diff = git("diff", "HEAD")
         paths = " ".join(git("diff", "HEAD", "--name-only").split())
-        return f"{described} (uncommitted diff sha256 {hashlib.sha256(diff.encode()).hexdigest()[:16]}, in {paths})"
+        blobs = " ".join(f"{path}={git('hash-object', path).strip()[:12]}" for path in MEASURED
+                         if (REPO / path).exists())
+        return (f"{described} (uncommitted diff sha256 {hashlib.sha256(diff.encode()).hexdigest()[:16]}, in {paths}; "
+                f"the files measured, as git blob ids: {blobs})")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 
