@@ -312,6 +312,39 @@ def cross_entropy_with_z_loss(logits, target, eps=1e-6, reduction="mean", z_weig
     return (loss.mean(), z_loss.mean()) if reduction == "mean" else (loss, z_loss)
 
 
+class Dropout(torch.autograd.Function):
+    """Draws its mask from torch's generator: the checker seeds it alike for every call."""
+    @staticmethod
+    def forward(ctx, x, p: float = 0.5):
+        keep = (torch.rand(x.shape, dtype=torch.float32, device=x.device) >= p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(keep)
+        return x * keep
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        keep, = ctx.saved_tensors
+        return grad_output * keep, None
+
+
+def dropout_reference(x, p=0.5):
+    return x * (torch.rand(x.shape, dtype=torch.float32, device=x.device) >= p).to(x.dtype) / (1 - p)
+
+
+class RefusesStrides(torch.autograd.Function):
+    """Refuses a non-contiguous input, loudly: legal, as many libraries' ops do."""
+    @staticmethod
+    def forward(ctx, x):
+        if not x.is_contiguous():
+            raise ValueError("x must be contiguous")
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return 2 * x * grad_output
+
+
 def square(x):
     return x * x
 
@@ -347,6 +380,8 @@ LEGAL = {
     "the same, reduced to two 0-dim outputs": (CrossEntropyWithZLoss, logits_and_target(), {"reduction": "mean"},
                                                cross_entropy_with_z_loss),
     "a trailing None gradient": (SquareWithTrailingNone, (x35(),), {}, square),
+    "random numbers drawn in forward (a dropout)": (Dropout, (x35(),), {}, dropout_reference),
+    "a non-contiguous input refused with an error": (RefusesStrides, (x35(),), {}, square),
     "an output that is None": (ValueAndNone, (x35(),), {}, lambda x: (x * 3.0, None)),
     "a non-differentiable integer output": (MaxWithIndex, (x35(),), {}, lambda x: x.max(dim=-1)),
     "once_differentiable": (CubeOnceDifferentiable, (x35(),), {}, lambda x: x ** 3),
@@ -389,6 +424,7 @@ LEGAL_WITHOUT_REFERENCE = {
     "non-tensor arguments": (LeakyScale, (x35(), 0.1, "leaky"), {}),
     "integer target": (CrossEntropyPerRow, logits_and_target(), {}),
     "two outputs": (SinCos, (x35(),), {}),
+    "random numbers drawn in forward (a dropout)": (Dropout, (x35(),), {}),
     "integer target, eps, reduction string, two outputs": (CrossEntropyWithZLoss, logits_and_target(),
                                                            {"eps": 1e-6, "reduction": "none"}),
 }

@@ -198,9 +198,18 @@ class Run:
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 
 
+def seeded_call(op, passed, fn=None):
+    """op.call with torch's random generators seeded alike for every call (and restored after), so that
+    an op that draws random numbers (a dropout) gives the same answer twice, as a stateless op must."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(17)
+        return op.call(passed, fn=fn)
+
+
 def forward(op, frozen=(), dtype=None, values=None, fn=None):
     leaves, passed = op.fresh(frozen=frozen, dtype=dtype, values=values)
-    raw = op.call(passed, fn=fn)
+    raw = seeded_call(op, passed, fn=fn)
     outputs = flatten(raw)
     return Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)], raw)
 
