@@ -213,7 +213,7 @@ def block_for(t):
 # raises). The direct launch is used only where this Triton's JITFunction.run holds exactly
 # LAUNCH_STATEMENT (recognised from its source), never under the interpreter. It is off unless
 # asked for (HARDENED_OPS_LEAN_LAUNCH=1, or launch_path(lean=True)): on the H200 it saved 11% to
-# 22% of each eager rung, beyond the A/A spread (docs/call-cost.md), but it copies Triton's
+# 22% of the op's eager calls, beyond the A/A spread (docs/call-cost.md), but it copies Triton's
 # internals, and torch.compile has been run on the ordinary launch only.
 LAUNCH_STATEMENT = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, "
                     "launch_metadata, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, "
