@@ -112,3 +112,22 @@ def test_the_report_is_short_and_names_the_section():
             torch.ones_like(ctx.saved_tensors[0]), ctx.saved_tensors[0]))})
     text = str(check_backward(first, seeded_randn(3, 5, seed=7), reference=gelu))
     assert len(text.splitlines()) <= 4 and "[17.1 and 17.3" in text and "grad_output[0]" in text, text
+
+
+def test_finite_differences_agree_with_autograd_on_a_smooth_op():
+    from backward_check.calling import Op
+    from backward_check.truth import FiniteDifferences
+    x, g = seeded_randn(2, 3, seed=50), seeded_randn(2, 3, seed=51)
+    op = Op(torch.sin, (x,), {})
+    fd = FiniteDifferences(op, op.values, graded=[0])
+    assert fd.computed == torch.float64  # torch.sin computes in float64 when given float64
+    expected = fd.expected([g], [1e-4])
+    torch.testing.assert_close(expected.grads[0].reshape(2, 3).float(), g * torch.cos(x), atol=1e-6, rtol=1e-6)
+
+
+def test_a_float32_kernel_under_float64_inputs_is_differenced_at_float32s_step():
+    from backward_check.calling import Op
+    from backward_check.truth import FiniteDifferences
+    from checker_zoo import SiLUInFloat32
+    op = Op(SiLUInFloat32, (seeded_randn(3, 5, seed=52),), {})
+    assert FiniteDifferences(op, op.values, graded=[0]).computed == torch.float32
