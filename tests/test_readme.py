@@ -1,5 +1,7 @@
 """README.md is a front door: short, and every link in it (and in docs/) leads somewhere."""
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,75 @@ def test_the_readme_links_every_reference_page():
 def test_the_readme_is_a_front_door():
     size = len((REPO / "README.md").read_bytes())
     assert size < 15_000, f"README.md is {size} bytes: move reference material to docs/"
+
+
+def section(text, heading):
+    """The text under a '## heading', up to the next '## '."""
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_contributors_pages_hang_off_the_contribute_row_not_the_readers_reference():
+    readme = (REPO / "README.md").read_text()
+    contribute = next(line for line in readme.splitlines() if line.startswith("| contribute |"))
+    reference = section(readme, "Reference")
+    for page in ("docs/tests.md", "docs/provenance.md"):
+        assert f"]({page})" in contribute, f"the contribute row does not link {page}"
+        assert page not in reference, f"{page} is for contributors, not in the reader's reference list"
+
+
+def test_3_plus_2_is_explained_where_it_first_appears():
+    readme = (REPO / "README.md").read_text()
+    first = readme.index("3 + 2")
+    assert "2 + 3" in readme[first - 200:first + 200] and "the 3 first" in readme[first - 200:first + 200], (
+        "the README's first '3 + 2' must say why it is the chapter's 2 + 3")
+
+
+RECORDER_ONE_LINER = re.compile(r"`(from extras\.autograd_diagram import [^`]+)`")
+
+
+def test_the_recorders_one_liner_runs_as_printed():
+    readme = (REPO / "README.md").read_text()
+    one_liner = RECORDER_ONE_LINER.search(readme)
+    assert one_liner, "the README's recorder one-liner, with its import, is missing"
+    # A reader's loss, as the README's first bullet builds it; then the line exactly as printed.
+    program = ("import torch\n"
+               "from hardened_ops import DEVICE, TritonGELU\n"
+               "x = torch.randn(6).to(DEVICE).requires_grad_(True)\n"
+               "loss = (2 * TritonGELU.apply(x) + 1).sum()\n"
+               f"{one_liner[1]}\n")
+    result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"TritonGELUBackward +received 2;", result.stdout), result.stdout
+
+
+INSTALL_LOG = REPO / "benchmarks/results/install_sizes.log"
+
+
+def measured_install_figures():
+    """The README's wording of tools/install_sizes.sh's totals: (PyPI's CUDA route, the no-GPU route)."""
+    text = INSTALL_LOG.read_text()
+    assert text.startswith("tree "), "the log must begin with the tree it measured"
+    cuda, cpu = text.split("\n===== 2.", 1)
+    assert "CUDA build" in re.search(r"^torch wheel: .*$", cuda, re.M)[0]
+    assert "+cpu" in re.search(r"^torch wheel: .*$", cpu, re.M)[0]
+
+    def download_mb(part):
+        return float(re.search(r"([\d.]+) MB +[\d.]+ MB unpacked +in all", part)[1])
+
+    def installed_mb(part):
+        return int(re.search(r"^the venv: (\d+) MB", part, re.M)[1])
+
+    seconds = (float(re.search(r"^python3 -m venv: ([\d.]+) s", cpu, re.M)[1])
+               + float(re.search(r"^then pip install -r requirements\.txt .*?: ([\d.]+) s", cpu, re.M)[1]))
+    return (f"{download_mb(cuda) / 1000:.2f} GB to download, {installed_mb(cuda) / 1000:.2f} GB installed",
+            f"{download_mb(cpu):.0f} MB to download, {installed_mb(cpu) / 1000:.2f} GB installed, {seconds:.0f} s")
+
+
+def test_the_readme_gives_the_measured_install_sizes():
+    readme = (REPO / "README.md").read_text().splitlines()
+    cuda_row = next(line for line in readme if line.startswith("| read along (Linux, a CUDA GPU) |"))
+    cpu_row = next(line for line in readme if line.startswith("| read along without a GPU |"))
+    cuda, cpu = measured_install_figures()
+    assert cuda in cuda_row, f"the README's make check row should say {cuda!r} ({INSTALL_LOG.name})"
+    assert cpu in cpu_row, f"the README's no-GPU row should say {cpu!r} ({INSTALL_LOG.name})"
+    assert "PyTorch CPU index" in cpu_row, "the no-GPU route should say where its torch comes from"
