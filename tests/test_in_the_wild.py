@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tools" / "in_the_wild.py"
 DOC = REPO / "docs" / "in-the-wild.md"
 LOG = REPO / "benchmarks" / "results" / "in_the_wild_h200.log"
+CPU_LOG = REPO / "benchmarks" / "results" / "in_the_wild_cpu_interpreter.log"
 sys.path.insert(0, str(REPO / "practice"))
 
 spec = importlib.util.spec_from_file_location("in_the_wild", TOOL)
@@ -137,13 +138,27 @@ def table_rows(text):
     return rows
 
 
+def sweep_rows(text):
+    """The rows of the sweep's table (op | Function | checker)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("Liger") and cells[1].endswith("Function"):
+            rows.append(cells)
+    return rows
+
+
+def tree_of(log):
+    return next(line for line in log.splitlines() if line.startswith("tree: "))[len("tree: "):]
+
+
 @pytest.mark.skipif(not LOG.exists(), reason="the H200 log is not committed yet")
-def test_the_page_quotes_only_what_the_log_says():
-    log, doc = LOG.read_text(), DOC.read_text()
-    tree = log.splitlines()[0].split("tree: ")[1]
-    assert tree in doc, "the page names the tree its log measured"
-    assert table_rows(doc) == table_rows(log), "the page's table is the log's"
+def test_the_page_quotes_only_what_the_logs_say():
+    log, cpu, doc = LOG.read_text(), CPU_LOG.read_text(), DOC.read_text()
+    assert tree_of(log) in doc and tree_of(cpu) in doc, "the page names the trees its logs measured"
     assert len(table_rows(log)) == 2 * len(wild.CASES)
+    assert table_rows(doc) == table_rows(log) + table_rows(cpu), "the page's tables are the logs'"
+    assert sweep_rows(doc) == sweep_rows(log) and len(sweep_rows(log)) >= 10
     for case in wild.CASES:
         assert all(link in doc for link in case.links), case.name
     for quoted in re.findall(r"^> (.+)$", doc, flags=re.M):  # quoted report lines are the log's lines

@@ -76,15 +76,15 @@ CASES = (
          ("https://github.com/linkedin/Liger-Kernel/pull/1298",),
          "a uniform grad_output (17.1)", "assumes a uniform grad_output",
          "LigerFusedLinearCrossEntropyFunction with reduction='none' computes its gradients during forward "
-         "and scaled all three (input, weight, bias) by grad_output[0] in backward. Forward was right, and "
-         "the tests of 'none' checked the loss values and gradients under a uniform upstream gradient.",
+         "and scaled all three (input, weight, bias) by grad_output[0] in backward. The forward was right; "
+         "the gradient tests ran reduction='mean' and 'sum' only, where grad_output is one number.",
          "setup_liger_flce", fp32_inside=True),
     Case("fla-conv-dy-strides", "fla-core", "0.5.0", "0.5.1",
          ("https://github.com/fla-org/flash-linear-attention/pull/871",),
          "a non-contiguous grad_output (17.3)", "assumes a contiguous grad_output",
-         "causal_conv1d's backward kernel read dy with hard-coded strides (D, 1). Every test built dy with "
-         "torch.randn_like, contiguous; in a model, torch.cat of q, k, v after their convolutions hands "
-         "each one a narrow view of the gradient.",
+         "causal_conv1d's backward kernel read dy with hard-coded strides (D, 1). The tests called "
+         "backward(dy) with dy = torch.randn(B, T, D), contiguous; in a model, torch.cat of q, k, v after "
+         "their convolutions hands each one a narrow view of the gradient.",
          "setup_fla_conv", fp32_inside=True),
     Case("fla-conv-dh0-strides", "fla-core", "0.5.2", "0.6.0",
          ("https://github.com/fla-org/flash-linear-attention/issues/1138",
@@ -92,7 +92,8 @@ CASES = (
          "a non-contiguous grad_output, one input's gradient (17.3)", "assumes a contiguous grad_output",
          "After PR #871, the kernel for the initial state's gradient still addressed dy's last dimension "
          "with stride 1 and y with dy's strides. Only dh0 was wrong (dx, dweight, dbias right), and only "
-         "with a non-contiguous dy, which plain y.sum().backward() hands on (every stride 0).",
+         "with a non-contiguous dy, which plain y.sum().backward() hands on (every stride 0); the tests "
+         "built their loss as (out * torch.randn_like(x)).sum(), so dy was contiguous.",
          "setup_fla_conv_state", fp32_inside=True),
     Case("fla-l2warp", "fla-core", "0.5.1", "0.5.2",
          ("https://github.com/fla-org/flash-linear-attention/pull/963",),
@@ -339,7 +340,6 @@ def child(case_name, site):
     """Runs in a fresh interpreter with only the release's folder added to the path."""
     import importlib.metadata
     check_backward = load_checker()  # first: it picks the backend before anything imports triton
-    import torch
     case = next(c for c in CASES if c.name == case_name) if case_name != "sweep" else None
     dist = case.dist if case else SWEEP_RELEASE[0]
     version = importlib.metadata.version(dist)
@@ -358,7 +358,6 @@ def child(case_name, site):
     result["site"] = located
     result["interpreted"] = os.environ.get("TRITON_INTERPRET") == "1"
     print(RESULT_MARK + json.dumps(result), flush=True)
-    del torch
 
 
 # ---------------------------------------------------------------------------
@@ -478,8 +477,8 @@ def run_child(case_name, site, interpret, timeout):
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
             return json.loads(line[len(RESULT_MARK):])
-    tail = (done.stderr or done.stdout).strip().splitlines()[-6:]
-    return dict(error=f"exit {done.returncode}: " + " | ".join(tail))
+    lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    return dict(error=f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"[:200])
 
 
 def judge(case, role, result):
