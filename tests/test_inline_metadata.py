@@ -22,8 +22,10 @@ def inline_requirements(script):
 
 
 def requirements_txt():
-    lines = [line.split("#")[0].strip() for line in (REPO / "requirements.txt").read_text().splitlines()]
-    return {str(Requirement(line)) for line in lines if line}
+    """The pins of requirements.txt (the reader's) and requirements-dev.txt (the extras' matplotlib)."""
+    lines = [line.split("#")[0].strip() for name in ("requirements.txt", "requirements-dev.txt")
+             for line in (REPO / name).read_text().splitlines()]
+    return {str(Requirement(line)) for line in lines if line and not line.startswith("-r")}
 
 
 @pytest.mark.parametrize("script", SCRIPT_NAMES + EXTRAS_NAMES)

@@ -35,6 +35,8 @@ main() {
   [ -n "$container" ] || { echo "container_check.sh: neither docker nor podman found; set CONTAINER" >&2; exit 2; }
   local image=${IMAGE:-chapter17}
   if [ ${#platform[@]} -gt 0 ] && [ -z "${IMAGE:-}" ]; then image=chapter17-${platform[1]##*/}; fi
+  # The tests need the contributors' requirements in the image (the Dockerfile's default is the reader's).
+  if [ "$tests" -eq 1 ]; then build_args+=(--build-arg REQUIREMENTS=requirements-dev.txt); fi
   failures=0
   cd "$(dirname "$0")/.." || exit 2
   printf 'commit %s; host %s; %s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(uname -m)" "$container"

