@@ -330,6 +330,20 @@ def dropout_reference(x, p=0.5):
     return x * (torch.rand(x.shape, dtype=torch.float32, device=x.device) >= p).to(x.dtype) / (1 - p)
 
 
+class FreesWhatItKept(torch.autograd.Function):
+    """Keeps x on ctx and drops it in backward: a second backward over one graph raises, loudly."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x.detach()
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x = ctx.x
+        del ctx.x
+        return 2 * x * grad_output
+
+
 class RefusesStrides(torch.autograd.Function):
     """Refuses a non-contiguous input, loudly: legal, as many libraries' ops do."""
     @staticmethod
@@ -382,6 +396,7 @@ LEGAL = {
     "a trailing None gradient": (SquareWithTrailingNone, (x35(),), {}, square),
     "random numbers drawn in forward (a dropout)": (Dropout, (x35(),), {}, dropout_reference),
     "a non-contiguous input refused with an error": (RefusesStrides, (x35(),), {}, square),
+    "a second backward over one graph refused with an error": (FreesWhatItKept, (x35(),), {}, square),
     "an output that is None": (ValueAndNone, (x35(),), {}, lambda x: (x * 3.0, None)),
     "a non-differentiable integer output": (MaxWithIndex, (x35(),), {}, lambda x: x.max(dim=-1)),
     "once_differentiable": (CubeOnceDifferentiable, (x35(),), {}, lambda x: x ** 3),
@@ -551,6 +566,27 @@ class CrossEntropyWritesLogits(torch.autograd.Function):
         return grad * grad_output[:, None], None
 
 
+class ScalesSavedGradient(torch.autograd.Function):
+    """Liger-Kernel 0.5.8's mechanism: forward saves the local gradient, backward scales it in place."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(2 * x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        local, = ctx.saved_tensors
+        return local.data.mul_(grad_output)  # BUG, through the pointer as a kernel writes: autograd never sees it
+
+
+class ScalesSavedGradientInTorch(ScalesSavedGradient):
+    """The same write through torch: autograd's version counter refuses the second backward."""
+    @staticmethod
+    def backward(ctx, grad_output):
+        local, = ctx.saved_tensors
+        return local.mul_(grad_output)
+
+
 class SquareWritesSavedInput(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -645,6 +681,10 @@ PLANTED = {
     "forward writes into its logits (Liger-Kernel cross-entropy)": (CrossEntropyWritesLogits, logits_and_target(), {},
                                                                     cross_entropy_reference,
                                                                     "writes into an input or a saved tensor"),
+    "backward scales its saved gradient in place (Liger-Kernel 0.5.8)": (ScalesSavedGradient, (x35(),), {}, square,
+                                                                          "writes into an input or a saved tensor"),
+    "the same, through torch": (ScalesSavedGradientInTorch, (x35(),), {}, square,
+                                "writes into an input or a saved tensor"),
     "backward writes into the saved input": (SquareWritesSavedInput, (x35(),), {}, square,
                                              "writes into an input or a saved tensor"),
     "a grid of one block": (one_input(square, square_one_block, "SquareOneBlock"), (x35(),), {}, square,

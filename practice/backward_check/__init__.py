@@ -1,13 +1,9 @@
 """The backward checker, by concern: how the op is called (calling), the inputs and grad_outputs it
 draws (layouts), the right gradient and its tolerance (truth), the checks (traps), the report.
 ``practice/backward_checker.py`` is its front door: ``check_backward`` and the command line."""
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))  # the repository root, for hardened_ops
-from hardened_ops import BACKEND, DEVICE  # noqa: E402  (picks the backend before triton is imported)
-
+from .backend import BACKEND, DEVICE  # noqa: E402  (first: picks the backend before triton is imported)
 from . import layouts  # noqa: E402
 from .calling import Op, UsageError  # noqa: E402
 from .report import TRAPS, Finding, Report  # noqa: E402

@@ -13,6 +13,7 @@ finite differences cannot decide.
 import torch
 
 from . import layouts
+from .backend import TRITON_IMPORTED_FIRST
 from .calling import UsageError, carries_gradient, differentiable, flatten, forward, is_function, seeded_call
 from .layouts import random_like, uniform_like
 from .truth import Truth, relative_error
@@ -50,10 +51,12 @@ class Battery:
             message = clip(f"{type(error).__name__}: {error}")
             if "incorrect number of gradients" in message or "returned an invalid gradient" in message:
                 trap = "returns the wrong gradients"  # autograd's own check of what backward returned
-            if "0 active drivers" in message:
+            if "0 active drivers" in message and TRITON_IMPORTED_FIRST:
                 raise UsageError("triton was imported before the backend was chosen, so it found no GPU and no "
                                  "interpreter: run with TRITON_INTERPRET=1, or import backward_checker before "
                                  "anything imports triton") from None
+            if "0 active drivers" in message:
+                message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
             self.report.add(trap, f"{what}: {message}" + (f" (on the {self.label} inputs)" if self.label != "given" else ""))
             return None
 
@@ -183,6 +186,8 @@ class Battery:
                             f"{self.name(i)}the same call made twice gave two gradients ({differ[i]:.3g} apart, "
                             f"relative){self.where()}: the backward depends on an earlier call")
             return True
+        if self.twice_over_one_graph(g):
+            return True
         other = [layouts.jittered(v, seed=self.seed + 70) if differentiable(v) else v for v in self.values]
         b = self.randoms(self.seed + 80)
         alone = self.attempt("on other inputs", lambda: self.vjp(b, values=other))
@@ -199,6 +204,48 @@ class Battery:
                                 f"({differ[i]:.3g}, relative){self.where()}: one call's backward used what the "
                                 f"other call left behind")
                 return True
+        return False
+
+    def twice_over_one_graph(self, g):
+        """loss.backward(retain_graph=True), twice: the second call must give what the first gave, so the
+        backward may not change what it saved (a saved gradient scaled in place, say)."""
+        run = self.attempt("for backward twice over one graph", lambda: forward(self.op, values=self.values))
+        if run is None:
+            return None
+        node = run.graded[0].grad_fn
+        saved = [t.detach().clone() for t in getattr(node, "saved_tensors", ()) or ()]
+        once = self.attempt("the backward, with retain_graph=True",
+                            lambda: run.grad([t.clone() for t in g], retain_graph=True))
+        if once is None:
+            return None
+        try:
+            again = run.grad([t.clone() for t in g], retain_graph=True)  # kept, to read what it saved
+        except Exception as error:  # noqa: BLE001  (refusing a second backward, loudly, is legal)
+            if "modified by an inplace operation" in str(error):  # autograd's version counter caught a write
+                self.report.add("writes into an input or a saved tensor",
+                                f"a second backward over one graph (retain_graph=True) is refused: "
+                                f"{clip(error, 120)}: the first backward wrote into a tensor it saved{self.where()}")
+                return True
+            self.report.note(f"backward cannot run twice over one graph (retain_graph=True): "
+                             f"{clip(f'{type(error).__name__}: {error}', 100)}")
+            return False
+        changed = [k for k, (before, now) in enumerate(zip(saved, getattr(node, "saved_tensors", ()) or ()))
+                   if largest_change(before, now.detach())]
+        differ = self.same(once, again)
+        if changed:
+            self.report.add("writes into an input or a saved tensor",
+                            f"the backward changed saved tensor {changed[0]} (ctx.saved_tensors[{changed[0]}])"
+                            + (f", so backward run twice over one graph (retain_graph=True) gives another "
+                               f"gradient the second time ({differ[min(differ)]:.3g} apart, relative)" if differ
+                               else "") + self.where())
+            return True
+        if differ:
+            i = min(differ)
+            self.report.add("keeps state between calls",
+                            f"{self.name(i)}backward run twice over one graph (retain_graph=True) gave two "
+                            f"gradients ({differ[i]:.3g} apart, relative){self.where()}: it changes what it "
+                            f"kept on ctx")
+            return True
         return False
 
     def two_uses(self, g, other, b):
@@ -407,7 +454,7 @@ class Battery:
                                 f"with `{self.op.slots[i].name}` laid out transposed (the same values), the forward's "
                                 f"output is {off:.3g} (relative) off{self.where()}")
                 return
-            got, ref = run.grad(g), want.grad(g)
+            got, ref = run.grad([t.clone() for t in g]), want.grad([t.clone() for t in g])  # a copy each
             differ = self.same(got, ref)
             if differ:
                 j = min(differ)
