@@ -4,14 +4,18 @@ Chapter 17's self-check questions, answered by running code
 
 For each of the chapter's five questions: read it, predict the answer, then let the
 code print the evidence. ``python practice/self_check.py`` runs all five;
-``python practice/self_check.py 4`` runs one; ``--predict`` waits for your prediction
-before each answer. Where the book's worked solution and the
-evidence differ in a detail, the answer says so.
+``python practice/self_check.py 4`` runs one. With ``--predict`` it asks for your
+prediction first, then shows it beside the evidence and says whether it matched the
+chapter's answer (case and spacing ignored; where the answer is numbers, the numbers are
+compared). When your input runs out (Ctrl-D), it stops there. Where the book's worked
+solution and the evidence differ in a detail, the answer says so.
 
 The ops are hardened_ops.py's TritonGELU and TritonSquare (the chapter's kernels); what
 each backward received is read with node hooks (``grad_fn.register_prehook``), so the
 ops themselves record nothing.
 """
+import dataclasses
+import re
 import sys
 from pathlib import Path
 
@@ -112,23 +116,105 @@ QUESTIONS = [
 ]
 
 
+# ---------------------------------------------------------------------------
+# --predict: your prediction beside the evidence
+# ---------------------------------------------------------------------------
+
+NUMBER_WORDS = {"once": 1, "one": 1, "single": 1, "twice": 2, "two": 2, "three": 3, "thrice": 3, "four": 4, "five": 5}
+
+
+def normalised(text):
+    """Lower case, no spaces: "loss = (2 * z + 1).sum()" and "Loss=(2*z+1).SUM()" read the same."""
+    return "".join(text.lower().split())
+
+
+def numbers_in(text):
+    """The distinct numbers in text, in the order they first appear; number words count ("once" is 1)."""
+    found = []
+    for token in re.findall(r"\d+(?:\.\d*)?|[a-z]+", text.lower()):
+        value = NUMBER_WORDS.get(token) if token.isalpha() else float(token)
+        if value is not None and value not in found:
+            found.append(value)
+    return found
+
+
+@dataclasses.dataclass
+class Answer:
+    """The chapter's answer to a question, short, and how a prediction is compared with it: the same
+    numbers in the same order, or one of the phrases, or the words in this order (case and spaces ignored)."""
+    chapter: str
+    numbers: tuple = ()
+    phrases: tuple = ()
+    in_order: tuple = ()
+
+    def matches(self, prediction):
+        if self.numbers:
+            return numbers_in(prediction) == list(self.numbers)
+        text = normalised(prediction)
+        if self.in_order:
+            places = [text.find(word) for word in self.in_order]
+            return -1 not in places and places == sorted(places)
+        return any(normalised(phrase) in text for phrase in self.phrases)
+
+
+ANSWERS = {
+    1: Answer("loss = (2 * z + 1).sum(): its '2 *' makes d(loss)/dz = 2 everywhere",
+              phrases=("2 * z + 1", "2z + 1", "2 * z", "2z")),
+    2: Answer("TritonSquare.backward first, then TritonGELU.backward: GELU's needs dL/dz, which Square's computes",
+              in_order=("square", "gelu")),
+    3: Answer("the edge points at the very node that made z (identity, not an equal-looking copy)",
+              phrases=("same", "identical", "identity", "very", "that made z", "produced z")),
+    4: Answer("once, with grad_output 2 everywhere (1 + 1 summed before the call)", numbers=(1, 2)),
+    5: Answer("grad_output is already summed over every path: how many uses, and their coefficients, are lost",
+              phrases=("sum", "added", "accumulat", "many paths", "how many", "fan-in", "fan in")),
+}
+
+
+def ask():
+    """Your prediction; None when input has run out."""
+    try:
+        prediction = input("    Your prediction? (Enter shows the evidence) ")
+    except EOFError:
+        return None
+    if not sys.stdin.isatty():  # piped in: end the prompt's line, as the terminal's Enter would
+        print()
+    return prediction.strip()
+
+
+def compare(question_number, prediction):
+    """Your prediction beside the chapter's answer, which the evidence above shows; True when they match."""
+    answer = ANSWERS[question_number]
+    matched = bool(prediction) and answer.matches(prediction)
+    print(f"    You predicted:    {prediction or '(nothing)'}")
+    print(f"    The chapter says: {answer.chapter}")
+    print("    Matched." if matched else "    Not matched" + (": compare the two lines above." if prediction else "."))
+    return matched
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    pause = "--predict" in argv
+    predict = "--predict" in argv
     numbers = [a for a in argv if a != "--predict"]
     if not all(a.isdigit() and 1 <= int(a) <= 5 for a in numbers):
         print("usage: python practice/self_check.py [--predict] [1-5 ...]", file=sys.stderr)
         return 2
     chosen = [int(a) for a in numbers] or list(range(1, 6))
-    answered = 0
+    answered = matched = 0
     for n in chosen:
         question, evidence = QUESTIONS[n - 1]
         print(question)
-        if pause:
-            input("    Your prediction? (Enter shows the evidence) ")
+        prediction = ask() if predict else ""
+        if prediction is None:
+            print(f"\nInput ended: stopped before the evidence of question {n}; {matched} of {answered} predictions "
+                  "matched so far.")
+            return 0
         answered += bool(evidence())
+        if predict:
+            matched += compare(n, prediction)
         print()
     print(f"{answered} of {len(chosen)} answers shown as the chapter states them")
+    if predict:
+        print(f"{matched} of {len(chosen)} of your predictions matched the chapter's answer")
     return 0 if answered == len(chosen) else 1
 
 

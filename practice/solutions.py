@@ -2,18 +2,26 @@
 Solutions to the Chapter 17 exercises
 =====================================
 
-Each class fixes its exercise in ``exercises.py`` and says what was wrong. Grade them
-with ``python practice/exercises.py --solutions``.
+Each class fixes its exercise in ``exercises.py`` and says what was wrong. This file
+imports only what the exercises share (``exercise_kit.py``), never ``exercises.py``, so
+your edits there cannot change an answer here. Run it to check the solutions::
+
+    python practice/solutions.py            # each solution graded as yours are: "N of N solved"
+    python practice/solutions.py --only 8   # one, with the checker's whole report
+
+(``python practice/exercises.py --solutions`` grades them the same way.)
 """
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for hardened_ops
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for exercises
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for exercise_kit
 from hardened_ops import (  # noqa: E402  (picks the backend before triton is imported)
     block_for, device_of, gelu_backward_kernel, gelu_forward_kernel, kernel_operands, launch_backward, launch_forward,
     no_double_backward)
-from exercises import gelu_local_derivative, launch_elementwise, mul_forward_kernel, silu_forward_kernel  # noqa: E402
+from exercise_kit import (  # noqa: E402
+    CAUSAL_TAP, causal_conv_forward_kernel, command_line, cross_entropy_kernel, gelu_local_derivative,
+    launch_elementwise, mul_forward_kernel, parse_arguments, row_block, row_logsumexp_kernel, silu_forward_kernel)
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -84,9 +92,10 @@ class GELUInPlace(torch.autograd.Function):
 
 
 class GELURawLaunch(torch.autograd.Function):
-    """5. It passed grad_output to the kernel as it came. The kernel reads one flat run of memory;
-    a transposed grad_output, or the stride-0 one that .sum() hands on, is not laid out that way.
-    Make it contiguous first (the chapter's listings do: grad_output.contiguous())."""
+    """5. It passed grad_output and x to the kernel as they came. The kernel reads both as one flat run
+    of memory, so it was right only while grad_output was laid out like x: a transposed grad_output
+    for a contiguous x, or the stride-0 one that .sum() hands on, is not. Make both contiguous first
+    (the chapter's listings do: grad_output.contiguous())."""
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -104,18 +113,21 @@ class GELURawLaunch(torch.autograd.Function):
         return grad_input
 
 
-class SquareInFloat64(torch.autograd.Function):
-    """6. It returned a float64 gradient for a float32 input. Autograd casts it back silently, after
-    the float64 work and memory were spent. Return each gradient in its input's dtype."""
+class ScaleColumns(torch.autograd.Function):
+    """6. It returned grad_output * x for w: a (rows, columns) gradient for a (columns,) weight, which
+    autograd refuses. Each gradient has its input's shape: w was broadcast over the rows, so its
+    gradient sums over them (each weight's uses, as fan-in sums a tensor's)."""
     @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return (2.0 * x.double() * grad_output.double()).to(x.dtype)
+        x, w = ctx.saved_tensors
+        grad_x = grad_output * w if ctx.needs_input_grad[0] else None
+        grad_w = (grad_output * x).sum(dim=0) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w
 
 
 class GELUAsPrinted(torch.autograd.Function):
@@ -191,3 +203,116 @@ class TritonSiLU(torch.autograd.Function):
     def backward(ctx, grad_output):
         x, = ctx.saved_tensors
         return launch_backward(silu_backward_kernel, grad_output, x)
+
+
+@triton.jit
+def row_logsumexp_backward_kernel(grad_out_ptr, grad_out_stride, x_ptr, out_ptr, grad_in_ptr, n_cols,
+                                  BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    lse = tl.load(out_ptr + row).to(tl.float32)
+    grad_out = tl.load(grad_out_ptr + row * grad_out_stride).to(tl.float32)  # this row's own grad_output
+    tl.store(grad_in_ptr + row * n_cols + cols, grad_out * tl.exp(x - lse), mask=mask)
+
+
+class RowLogSumExp(torch.autograd.Function):
+    """10. The kernel loaded grad_output[0] for every row: right under .mean() or .sum(), whose grad_output
+    is uniform, wrong once rows are weighted or masked (the reason to ask for a loss per row). Load each
+    row's own grad_output[row], with its stride (after .sum() it is 0). Liger-Kernel's fix (PR #680)
+    does the same: it loads grad_output per row when reduction="none"."""
+    @staticmethod
+    def forward(ctx, x):
+        x, = kernel_operands(x)
+        out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+        with device_of(x):
+            row_logsumexp_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=row_block(x))
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        x, out = ctx.saved_tensors
+        grad_input = torch.empty_like(x)
+        with device_of(x):
+            row_logsumexp_backward_kernel[(x.shape[0],)](grad_output, grad_output.stride(0), x, out, grad_input,
+                                                         x.shape[1], BLOCK=row_block(x))
+        return grad_input
+
+
+@triton.jit
+def causal_conv_backward_kernel(dy_ptr, dx_ptr, n_steps, n_channels, stride_t, stride_d, TAP: tl.constexpr,
+                                BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK)
+    mask = d < n_channels
+    dy_now = tl.load(dy_ptr + t * stride_t + d * stride_d, mask=mask, other=0.0)
+    dy_next = tl.load(dy_ptr + (t + 1) * stride_t + d * stride_d, mask=mask & (t + 1 < n_steps), other=0.0)
+    tl.store(dx_ptr + t * n_channels + d, dy_now + TAP * dy_next, mask=mask)
+
+
+class CausalConv(torch.autograd.Function):
+    """11. The backward kernel addressed dy as t * channels + d, the strides of a contiguous tensor. After
+    torch.cat (whose backward splits its grad_output into narrow views), a transpose or a .sum(), dy has
+    other strides, and the kernel read the wrong elements, silently. Pass dy's own strides to the kernel,
+    as the forward does for x (flash-linear-attention's fix, PR #871, does this); grad_output.contiguous()
+    is also right, at the cost of a copy."""
+    @staticmethod
+    def forward(ctx, x):
+        kernel_operands(x)
+        steps, channels = x.shape
+        y = torch.empty((steps, channels), dtype=x.dtype, device=x.device)
+        with device_of(x):
+            causal_conv_forward_kernel[(steps,)](x, y, channels, x.stride(0), x.stride(1), TAP=CAUSAL_TAP,
+                                                 BLOCK=row_block(x))
+        return y
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        kernel_operands(grad_output)
+        steps, channels = grad_output.shape
+        grad_input = torch.empty((steps, channels), dtype=grad_output.dtype, device=grad_output.device)
+        with device_of(grad_output):
+            causal_conv_backward_kernel[(steps,)](grad_output, grad_input, steps, channels, grad_output.stride(0),
+                                                  grad_output.stride(1), TAP=CAUSAL_TAP, BLOCK=row_block(grad_output))
+        return grad_input
+
+
+class CrossEntropyInPlace(torch.autograd.Function):
+    """12. The forward stored the gradient in the logits themselves. Triton's stores do not bump a tensor's
+    version counter, so autograd could not notice: any other consumer of the logits (a softmax before the
+    loss that saved its output, a second loss on the same logits, a logging hook) then read gradients where
+    it expected logits. Store the gradient in a fresh tensor. It costs one more logits-sized tensor, kept
+    from forward to backward: for 8192 tokens and a 128256-word vocabulary in float32, 8192 * 128256 * 4
+    bytes = 4.2 GB. Liger-Kernel takes that trade knowingly, to save exactly this memory: the overwrite is
+    on purpose and written down in its source (issue #272 is what it costs a caller who did not know)."""
+    @staticmethod
+    def forward(ctx, logits, targets):
+        logits, = kernel_operands(logits)
+        rows, classes = logits.shape
+        losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        grad_logits = torch.empty_like(logits)
+        with device_of(logits):
+            cross_entropy_kernel[(rows,)](logits, targets.contiguous(), losses, grad_logits, classes, 1.0 / rows,
+                                          BLOCK=row_block(logits))
+        ctx.save_for_backward(grad_logits)
+        return losses.mean().to(logits.dtype)
+
+    @staticmethod
+    @no_double_backward
+    def backward(ctx, grad_output):
+        grad_logits, = ctx.saved_tensors
+        return grad_logits * grad_output, None
+
+
+def main(argv=None):
+    chosen, args = parse_arguments(argv, "practice/solutions.py", "Check the solutions to the Chapter 17 exercises.",
+                                   solutions_flag=False)
+    return command_line(sys.modules[__name__], chosen, details=bool(args.only))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,9 +15,13 @@ from chapter_scripts import REPO
 NOTEBOOK = REPO / "notebooks/chapter17.ipynb"
 PRACTICE = REPO / "notebooks/practice.ipynb"
 sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "practice"))
 import build_notebook  # noqa: E402
 import build_practice_notebook  # noqa: E402
 import run_notebook  # noqa: E402
+from exercise_kit import EXERCISES  # noqa: E402
+
+PRACTICE_UNSOLVED = f"0 of {len(EXERCISES)} solved"  # the practice notebook's last line before any edit
 
 
 def test_the_committed_notebook_is_what_the_generator_makes():
@@ -98,7 +102,8 @@ def bare_python(tmp_path_factory):
     environment = root / "env"
     venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
-    pins = [line.split(";")[0].strip() for line in (REPO / "requirements.txt").read_text().splitlines()
+    pins = [line.split(";")[0].strip() for name in ("requirements.txt", "requirements-dev.txt")
+            for line in (REPO / name).read_text().splitlines()
             if line.startswith(("torch==", "triton==", "numpy==", "ipykernel=="))
             and (";" not in line or eval_marker(line.split(";", 1)[1]))]
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "15", *pins],
@@ -117,7 +122,7 @@ def bare_python(tmp_path_factory):
     return root / "jupyter"
 
 
-@pytest.mark.parametrize("notebook, summary", [(NOTEBOOK, "5 passed, 0 failed"), (PRACTICE, "15 passed, 0 failed")],
+@pytest.mark.parametrize("notebook, summary", [(NOTEBOOK, "5 passed, 0 failed"), (PRACTICE, PRACTICE_UNSOLVED)],
                          ids=["chapter17", "practice"])
 def test_the_notebook_runs_alone_with_only_torch_triton_and_numpy(bare_python, tmp_path, notebook, summary):
     """What an upload amounts to: a folder holding only the notebook, and a kernel whose Python has
@@ -139,22 +144,50 @@ def test_the_committed_practice_notebook_is_what_the_generator_makes():
     assert build_practice_notebook.main(["--check"]) == 0, "regenerate: python tools/build_practice_notebook.py"
 
 
-def test_the_practice_notebook_runs_here_and_its_check_passes(tmp_path):
-    executed = tmp_path / "executed.ipynb"
-    assert run_notebook.main([str(PRACTICE), "--output", str(executed)]) == 0
-    last = run_notebook.output_text(json.loads(executed.read_text())["cells"][-1])
-    assert last.rstrip().endswith("15 passed, 0 failed"), last
+def execute(notebook, tmp_path):
+    """The notebook (a dict) executed in a fresh kernel, beside an empty folder: its code cells' outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+    notebook = nbformat.from_dict(notebook)
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    return [run_notebook.output_text(cell) for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def test_the_practice_notebook_scores_the_learner_and_each_exercise_shows_its_trap(tmp_path):
+    """Before any edit: the last cell says "0 of N solved", with each exercise's planted trap as its hint."""
+    outputs = execute(json.loads(PRACTICE.read_text()), tmp_path)
+    assert "5 of 5 answers shown as the chapter states them\n" in outputs
+    assert any(out.startswith("check_backward(TritonGELU): clean") for out in outputs)
+    lines = outputs[-1].rstrip().splitlines()
+    assert lines[-1] == PRACTICE_UNSOLVED and "PASS" not in outputs[-1], outputs[-1]
+    for exercise, line in zip(EXERCISES, lines):
+        assert line.startswith(f"  not yet  {exercise.number}. {exercise.name}. Hint: ") and \
+            f'"{exercise.planted}"' in line, line
+
+
+def test_the_practice_notebooks_grading_passes_every_solution(tmp_path):
+    """The same notebook with practice/solutions.py's classes in the exercises' cells: "N of N solved"."""
+    outputs = execute(build_practice_notebook.build(solved=True), tmp_path)
+    lines = outputs[-1].rstrip().splitlines()
+    assert lines[-1] == f"{len(EXERCISES)} of {len(EXERCISES)} solved", outputs[-1]
+    assert lines[:-1] == [f"  solved   {e.number}. {e.name}" for e in EXERCISES]
 
 
 def test_the_practice_notebook_holds_no_solution_and_folds_its_support_code():
     cells = json.loads(PRACTICE.read_text())["cells"]
     text = "".join(cell_text(c) for c in cells)
+    exercises = build_notebook.top_level_blocks(REPO / "practice/exercises.py")
+    solutions = build_notebook.top_level_blocks(REPO / "practice/solutions.py")
+    for exercise in EXERCISES:
+        assert exercises[exercise.name].strip() in text, f"exercise {exercise.number} is not in the notebook verbatim"
+        assert solutions[exercise.name].strip() not in text, f"solution {exercise.number} leaked in"
     assert "mul_backward_kernel" not in text and "silu_backward_kernel" not in text, "a solution leaked in"
     assert "from hardened_ops" not in text and "sys.path.insert" not in text, "the notebook must work alone"
     folded = [c for c in cells if c["metadata"].get("jupyter", {}).get("source_hidden")]
     assert [cell_text(c).splitlines()[0] for c in folded] == [
         "# @title The chapter's op, hardened (hardened_ops.py): kernels, checks, launch helpers",
-        "# @title The backward checker (practice/backward_checker.py): run it, open it if you are curious"]
+        build_practice_notebook.CHECKER_TITLE.rstrip("\n")]
     assert text.count(build_practice_notebook.QUESTION_PROMPT) == 5
 
 

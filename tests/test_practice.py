@@ -211,37 +211,11 @@ def test_bad_input_is_refused_with_a_message():
 
 # --- exercises and solutions ---------------------------------------------------
 
-@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: f"{e.number}-{e.name}")
-def test_each_unsolved_exercise_fails_with_the_trap_it_plants(exercise):
-    report = exercises.grade(exercise, exercises)
-    assert report.traps == [exercise.planted], str(report)
-
-
-@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: f"{e.number}-{e.name}")
-def test_each_solution_passes(exercise):
-    report = exercises.grade(exercise, solutions)
-    assert report.clean, str(report)
-
-
-def test_the_two_input_solution_returns_two_gradients_and_none_where_none_is_needed():
-    x, y = inputs(2)
-    x.requires_grad_(True)
-    out = solutions.TritonMul.apply(x, y)
-    grad_output = seeded_randn(3, 5, seed=40).t().contiguous().t()
-    with torch.no_grad():
-        returned = solutions.TritonMul.backward(out.grad_fn, grad_output)
-    assert returned[1] is None and torch.allclose(returned[0], grad_output * y)
+# (moved to tests/test_exercises.py)
 
 
 def run(*args, cwd=REPO):
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
-
-
-def test_the_exercises_command_grades_both_ways():
-    unsolved = run("practice/exercises.py", "--only", "1", "--only", "8")
-    assert unsolved.returncode == 1 and "ignores grad_output" in unsolved.stdout and "0 of 2" in unsolved.stdout
-    solved = run("practice/exercises.py", "--solutions")
-    assert solved.returncode == 0 and "9 of 9 exercises pass" in solved.stdout, solved.stdout + solved.stderr
 
 
 # --- the command line on a file --------------------------------------------------
@@ -284,14 +258,7 @@ def test_the_checker_command_exits_1_on_a_trap_and_0_when_clean(tmp_path):
 
 # --- the self-check questions ----------------------------------------------------
 
-def test_the_self_check_answers_all_five():
-    result = run("practice/self_check.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "5 of 5 answers" in out
-    assert "['SumBackward0', 'TritonSquare.backward', 'TritonGELU.backward']" in out
-    assert "calls: 1, grad_output: tensor([2., 2., 2., 2.])" in out
-    assert run("practice/self_check.py", "6").returncode == 2
+# (moved to tests/test_exercises.py)
 
 
 def test_fd_reference_agrees_with_autograd_on_a_smooth_op():

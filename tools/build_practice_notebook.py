@@ -10,14 +10,19 @@ each graded by the checker. Its code is taken verbatim from:
   hardened_ops.py                 the kernels and launch helpers (a collapsed cell)
   practice/backward_checker.py    the checker (a collapsed cell)
   practice/self_check.py          the five questions and their evidence
-  practice/exercises.py           the exercises and their grading (not the solutions)
+  practice/exercise_kit.py        the exercises' shared kernels and helpers, and their grading
+  practice/exercises.py           the exercises (not the solutions)
 
 with the imports between those files left out, since the notebook defines everything
-itself. Its last cell checks that the answers and the checker behave as the chapter and
-the exercises say: each exercise either passes (solved) or shows the trap it plants.
+itself. Its last cell is the learner's score, in exercises.py's words: one line an
+exercise (solved, or the trap the checker still finds as a hint), then "K of N solved".
 
     python tools/build_practice_notebook.py            # (re)writes notebooks/practice.ipynb
     python tools/build_practice_notebook.py --check    # exit 1 if the committed cells differ
+
+``build(solved=True)`` makes the same notebook with practice/solutions.py's classes in the
+exercises' cells: tests/test_notebook.py runs it to prove that the notebook's own grading
+passes every solution. It is never written to notebooks/.
 """
 import argparse
 import ast
@@ -30,7 +35,7 @@ from build_notebook import ENVIRONMENT_CELL, code, collapsed, markdown, top_leve
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "practice.ipynb"
 PRACTICE = REPO / "practice"
-LOCAL_MODULES = {"hardened_ops", "backward_checker", "exercises", "solutions"}
+LOCAL_MODULES = {"hardened_ops", "backward_checker", "exercise_kit", "exercises", "solutions"}
 
 
 def without_local_imports(text, stop_before=None):
@@ -60,38 +65,110 @@ def hardened_code():
             + without_local_imports(body, stop_before='if __name__ == "__main__":'))
 
 
+CHECKER_TITLE = "# @title The backward checker (practice/backward_check/): run it, open it if you are curious\n"
+
+# The checker is a package whose modules import each other (from . import layouts). The notebook holds
+# each module's source verbatim (less its imports of the repository's files, whose names it defines
+# itself) and makes the package from them in memory, so the folder around the notebook stays untouched.
+PACKAGE_LOADER = """
+
+def make_package(name, sources, given):
+    \"\"\"A package built from {module: source} in memory (the last source is its __init__), its
+    modules in the order given; `given` are the names its sources import from files left out here.\"\"\"
+    package = types.ModuleType(name)
+    package.__path__ = []
+    sys.modules[name] = package
+    for module, source in sources.items():
+        target = package if module == "__init__" else types.ModuleType(f"{name}.{module}")
+        target.__package__ = name
+        target.__dict__.update(given)
+        if target is not package:
+            sys.modules[target.__name__] = target
+            setattr(package, module, target)
+        exec(compile(source, f"{name}/{module}.py", "exec"), target.__dict__)
+    return package
+
+
+make_package("backward_check", BACKWARD_CHECK, {GIVEN})
+from backward_check import check_backward  # noqa: E402
+"""
+
+
+def package_order(package):
+    """The package's modules, each after those it imports (from . import x, from .x import y), __init__ last."""
+    needs = {}
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {node.module} if node.module else {alias.name for alias in node.names}
+        needs[path.stem] = imported - {path.stem}
+    order = []
+    while len(order) < len(needs):
+        ready = sorted(m for m, deps in needs.items() if m not in order and m != "__init__" and deps <= set(order))
+        if not ready:
+            break
+        order += ready
+    return order + ["__init__"]
+
+
 def checker_code():
-    text = (PRACTICE / "backward_checker.py").read_text()
-    return ("# @title The backward checker (practice/backward_checker.py): run it, open it if you are curious\n"
-            + without_local_imports(text, stop_before="# The command line").rstrip().removesuffix(
-                "# ---------------------------------------------------------------------------").rstrip() + "\n")
+    package = PRACTICE / "backward_check"
+    sources, given = [], []
+    for module in package_order(package):
+        original = (package / f"{module}.py").read_text()
+        given += [alias.name for node in ast.parse(original).body if isinstance(node, ast.ImportFrom)
+                  and node.module in LOCAL_MODULES for alias in node.names if alias.name not in given]
+        text = without_local_imports(original)
+        if "\'\'\'" in text or text.endswith("\\\n"):
+            raise SystemExit(f"practice/backward_check/{module}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
+        sources.append(f'    "{module}": r\'\'\'\n{text}\'\'\',\n')
+    return (CHECKER_TITLE + "import sys\nimport types\n\nBACKWARD_CHECK = {  # module: its source\n"
+            + "".join(sources) + "}\n" + PACKAGE_LOADER.replace(
+                "{GIVEN}", "{" + ", ".join(f'"{name}": {name}' for name in given) + "}"))
 
 
 QUESTION_PROMPT = "**Your prediction** (double-click this cell to write it, then run the next cell):"
 
-CHECK_CELL = """\
-# Does this notebook behave as the chapter and the exercises say? The five answers as the chapter
-# states them; the chapter's TritonGELU clean; each exercise solved, or showing the trap it plants.
-this_notebook = types.SimpleNamespace(**globals())
-results = {f"self-check question {n}": bool(answer) for n, answer in enumerate(answers, start=1)}
-results["the checker passes hardened TritonGELU"] = check_backward(
-    TritonGELU, torch.randn(3, 5).to(DEVICE), reference=gelu_reference).clean
-for exercise in EXERCISES:
-    report = grade(exercise, this_notebook)
-    state = "solved" if report.clean else "shows its trap" if report.traps == [exercise.planted] else "unexpected"
-    results[f"exercise {exercise.number} ({exercise.name}) {state}"] = state != "unexpected"
-for what, ok in results.items():
-    print(("PASS  " if ok else "FAIL  ") + what)
-print(f"{sum(results.values())} passed, {len(results) - sum(results.values())} failed")
-"""
+# The exercises' cells, in order: each a tuple of exercises.py's names (solutions.py has the same ones), or a
+# markdown line and the exercise_kit.py names shown in one cell before them.
+EXERCISE_CELLS = [("GELUNoChainRule",), ("GELUFirstElement",), ("GELUSharedDerivative",), ("GELUInPlace",),
+                  ("GELURawLaunch",), ("ScaleColumns",), ("GELUAsPrinted",),
+                  ("The ops whose backward you write: their forward kernels first.",
+                   "mul_forward_kernel", "silu_forward_kernel", "launch_elementwise"),
+                  ("TritonMul",), ("TritonSiLU",),
+                  ("Bugs that real libraries shipped, re-created small: their forward kernels first (a row's "
+                   "log-sum-exp, a causal convolution, a cross-entropy that also computes its gradient).",
+                   "row_block", "maximum", "add", "row_logsumexp_kernel", "causal_conv_forward_kernel",
+                   "cross_entropy_kernel", "CAUSAL_TAP"),
+                  ("row_logsumexp_backward_kernel", "RowLogSumExp"), ("causal_conv_backward_kernel", "CausalConv"),
+                  ("CrossEntropyInPlace",)]
+GRADING_BLOCKS = ("random_input", "one_input", "two_inputs", "rows_and_weights", "logits_input", "sequence_input",
+                  "logits_and_targets", "gelu_reference", "causal_conv_reference", "Exercise", "EXERCISES", "grade",
+                  "hint", "score")
 
 
-def cells():
+def joined(blocks, names):
+    return "\n\n\n".join(blocks[name].strip("\n") for name in names) + "\n"
+
+
+def solutions_only(solutions, exercises):
+    """solutions.py's own helpers and kernels (mul_backward_kernel, say): its defs that exercises.py lacks."""
+    return [name for name, text in solutions.items() if name not in exercises and name != "main"
+            and text.lstrip().startswith(("@triton.jit", "def "))]
+
+
+def cells(solved=False):
+    """The notebook's cells; solved: with solutions.py's classes (and kernels) in place of the exercises'."""
     questions = top_level_blocks(PRACTICE / "self_check.py")
+    kit = top_level_blocks(PRACTICE / "exercise_kit.py")
     exercises = top_level_blocks(PRACTICE / "exercises.py")
+    solutions = top_level_blocks(PRACTICE / "solutions.py")
     question_texts = [pair.elts[0].value for pair in ast.parse(questions["QUESTIONS"]).body[0].value.elts]
+    count = len(ast.parse(kit["EXERCISES"]).body[0].value.elts)
     notebook = [
-        markdown("""
+        markdown(f"""
 # Chapter 17, practice: the self-check questions, a backward checker, exercises
 
 Upload this file to Google Colab (a T4 GPU: *Runtime > Change runtime type*), to Kaggle,
@@ -104,9 +181,10 @@ Triton's interpreter. Three parts:
    ways autograd really calls it (a random, a uniform, a stride-0 and a transposed
    `grad_output`, fan-in, two uses in one graph, a sibling branch sharing its
    `grad_output`) and names the chapter's trap it finds.
-3. **Exercises.** Seven backwards with one trap each to fix, and two to write (one of
-   them with two inputs). The checker grades them; the solutions are kept apart, in the
-   companion repository's `practice/solutions.py`.
+3. **Exercises.** {count} of them: backwards with one trap each to fix, and backwards to
+   write. The last cell grades them and keeps your score: "0 of {count} solved" before you
+   start, each exercise not solved yet with the trap the checker still finds as a hint.
+   The solutions are kept apart, in the companion repository's `practice/solutions.py`.
 """),
         code(ENVIRONMENT_CELL),
         markdown("The chapter's kernels and `torch.autograd.Function`s, hardened, and the checker. "
@@ -122,6 +200,7 @@ Triton's interpreter. Three parts:
         notebook += [markdown(f"### {question}"), markdown(QUESTION_PROMPT),
                      code(questions[f"question_{n}"].strip("\n") + f"\n\n\nanswers.append(question_{n}())\n")]
     notebook += [
+        code('print(f"{sum(answers)} of {len(answers)} answers shown as the chapter states them")\n'),
         markdown("""
 ## Part 2: the backward checker, on the chapter's op
 
@@ -136,35 +215,30 @@ or without a reference (finite differences in float64). `second_order=True` also
 ## Part 3: exercises
 
 Exercises 1 to 7: each backward has one of the chapter's traps. Find it, fix the cell, run
-it again, then run the grading cell. Exercises 8 and 9: write the backward.
+it again, then run the grading cell at the end. Exercises 8 and 9: write the backward.
+Exercises 10 to 12 re-create, in a small Triton kernel, a trap that a real library shipped;
+each docstring links the real bug (read it after you have tried).
 """),
-        code("import math\n\n\n" + exercises["gelu_local_derivative"].strip("\n") + "\n"),
+        code("import math\n\n\n" + kit["gelu_local_derivative"].strip("\n") + "\n"),
     ]
-    for name in ("GELUNoChainRule", "GELUFirstElement", "GELUSharedDerivative", "GELUInPlace", "GELURawLaunch",
-                 "SquareInFloat64", "GELUAsPrinted"):
-        notebook.append(code(exercises[name]))
+    if solved:
+        notebook.append(code(joined(solutions, solutions_only(solutions, exercises))))
+    for entry in EXERCISE_CELLS:
+        if " " in entry[0]:  # a line of text, then shared kernels
+            notebook += [markdown(entry[0]), code(joined(kit, entry[1:]))]
+        else:
+            notebook.append(code(joined(solutions if solved else exercises, entry)))
     notebook += [
-        markdown("The two ops whose backward you write: their forward kernels first."),
-        code(exercises["mul_forward_kernel"].strip("\n") + "\n\n\n" + exercises["silu_forward_kernel"].strip("\n")
-             + "\n\n\n" + exercises["launch_elementwise"]),
-        code(exercises["TritonMul"]),
-        code(exercises["TritonSiLU"]),
-        markdown("Grading: each exercise's report. Run it after each fix (the notebook's own definitions "
-                 "stand in for the module the grader looks exercises up in)."),
-        code("import dataclasses\nimport types\n\n\n" + "\n\n\n".join(exercises[name].strip("\n") for name in (
-            "Exercise", "gelu_reference", "EXERCISES", "exercise_inputs", "grade")) + "\n\n\n"
-             "this_notebook = types.SimpleNamespace(**globals())\n"
-             "for exercise in EXERCISES:\n"
-             "    report = grade(exercise, this_notebook)\n"
-             "    print(f\"PASS  {report.name}\" if report.clean else report)\n"),
-        markdown("## Does this notebook behave as it should?"),
-        code(CHECK_CELL),
+        markdown("## Your score\n\nEach exercise graded by the checker. Run this cell after each fix (the "
+                 "notebook's own definitions stand in for the module the grader looks exercises up in)."),
+        code("import dataclasses\nimport types\n\n\n" + joined(kit, GRADING_BLOCKS) + "\n\n"
+             "solved = score(types.SimpleNamespace(**globals()))\n"),
     ]
     return notebook
 
 
-def build():
-    notebook_cells = cells()
+def build(solved=False):
+    notebook_cells = cells(solved)
     for i, cell in enumerate(notebook_cells):
         cell["id"] = f"cell-{i:02d}"
     return {"cells": notebook_cells,
