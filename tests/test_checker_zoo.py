@@ -76,3 +76,20 @@ def test_a_typical_check_takes_about_a_second():
     start = time.perf_counter()
     report = check_backward(op, *args, reference=reference)
     assert report.clean and time.perf_counter() - start < 10.0  # about 1 s here; generous for a loaded CI
+
+
+def test_a_silently_wrong_second_derivative_is_named_only_when_asked():
+    op = PLANTED["no chain rule (the book's buggy kernel)"][0]
+    book = chapter_functions()[0].values[0]  # the book's TritonGELU: its kernel's output carries no graph
+    x = torch.randn(3, 5).to(check_backward.__globals__["DEVICE"])
+    assert "a silently wrong second derivative" not in check_backward(book, x, reference=gelu).traps
+    report = check_backward(book, x, reference=gelu, second_order=True)
+    assert "a silently wrong second derivative" in report.traps, str(report)
+    assert op is not book
+
+
+@pytest.mark.parametrize("case", ["hardened TritonGELU", "hardened TritonSquare", "torch ops inside"])
+def test_a_refused_or_right_double_backward_is_clean(case):
+    op, args, kwargs, reference = LEGAL[case]
+    report = check_backward(op, *args, reference=reference, second_order=True, **kwargs)
+    assert report.clean and "create_graph=True" in report.passed, str(report)
