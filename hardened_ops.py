@@ -57,6 +57,7 @@ before anything else imports triton for that to take effect.
 import contextlib
 import functools
 import os
+import threading
 
 import torch
 
@@ -251,8 +252,6 @@ if LEAN_LAUNCH_AVAILABLE:
     from triton import knobs as _knobs
     from triton.runtime.driver import driver as _driver
 _compiled_kernels = {}  # lean_key(...) -> CompiledKernel
-
-import threading  # noqa: E402  (for launch_path alone)
 
 _launch_path_lock = threading.Lock()
 _launch_path_blocks = []  # (token, lean) of each launch_path block open now, in the order entered
