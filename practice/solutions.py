@@ -20,7 +20,7 @@ from hardened_ops import (  # noqa: E402  (picks the backend before triton is im
     block_for, device_of, gelu_backward_kernel, gelu_forward_kernel, kernel_operands, launch_backward, launch_forward,
     no_double_backward)
 from exercise_kit import (  # noqa: E402
-    CAUSAL_TAP, causal_conv_forward_kernel, command_line, cross_entropy_kernel, gelu_local_derivative,
+    CAUSAL_TAP, EXERCISES, causal_conv_forward_kernel, command_line, cross_entropy_kernel, gelu_local_derivative,
     launch_elementwise, mul_forward_kernel, parse_arguments, row_block, row_logsumexp_kernel, silu_forward_kernel)
 
 import torch  # noqa: E402
@@ -306,6 +306,11 @@ class CrossEntropyInPlace(torch.autograd.Function):
     def backward(ctx, grad_output):
         grad_logits, = ctx.saved_tensors
         return grad_logits * grad_output, None
+
+
+# For the checker's own command line (python practice/backward_checker.py practice/solutions.py): each
+# Function's inputs, as the exercises give them. With no reference here, it checks by finite differences.
+example_inputs = {exercise.name: exercise.inputs for exercise in EXERCISES}
 
 
 def main(argv=None):

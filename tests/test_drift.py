@@ -20,6 +20,7 @@ from chapter_scripts import REPO, SCRIPT_NAMES
 NOTEBOOK = "notebooks/chapter17"
 PRACTICE_NOTEBOOK = "notebooks/practice"
 MODULE = "hardened_ops"
+EXERCISE_KIT = "practice/exercise_kit"
 EXERCISES = "practice/exercises"
 SOLUTIONS = "practice/solutions"
 
@@ -47,11 +48,17 @@ REQUIRED_NAMES = {
         "gelu_backward_kernel_buggy_no_chain_rule", "square_forward_kernel", "square_backward_kernel",
         "_launch", "_launch_bwd", "TritonGELUBuggy", "TritonSquare", "call_order", "captured_grads",
         "section_17_1", "section_17_2", "section_17_3", "record_backward", "render_ascii"},
-    EXERCISES: {"mul_forward_kernel", "silu_forward_kernel", "TritonMul", "TritonSiLU", "EXERCISES", "grade"},
-    SOLUTIONS: {"mul_backward_kernel", "silu_backward_kernel", "TritonMul", "TritonSiLU"},
+    EXERCISE_KIT: {"mul_forward_kernel", "silu_forward_kernel", "row_logsumexp_kernel", "causal_conv_forward_kernel",
+                   "cross_entropy_kernel", "EXERCISES", "grade", "score"},
+    EXERCISES: {"TritonMul", "TritonSiLU", "row_logsumexp_backward_kernel", "causal_conv_backward_kernel",
+                "RowLogSumExp", "CausalConv", "CrossEntropyInPlace"},
+    SOLUTIONS: {"mul_backward_kernel", "silu_backward_kernel", "TritonMul", "TritonSiLU",
+                "row_logsumexp_backward_kernel", "causal_conv_backward_kernel", "RowLogSumExp", "CausalConv",
+                "CrossEntropyInPlace"},
     PRACTICE_NOTEBOOK: COMMON | {
-        "launch_forward", "launch_backward", "check_backward", "mul_forward_kernel", "silu_forward_kernel",
-        "TritonMul", "TritonSiLU", "EXERCISES", "grade", "question_1", "question_5"},
+        "launch_forward", "launch_backward", "BACKWARD_CHECK", "make_package", "mul_forward_kernel",
+        "silu_forward_kernel", "TritonMul", "TritonSiLU", "RowLogSumExp", "CausalConv", "CrossEntropyInPlace", "EXERCISES", "grade",
+        "score", "question_1", "question_5"},
 }
 
 
@@ -66,10 +73,14 @@ def parse_notebook(name):
                      filename=f"{name}.ipynb")
 
 
-TREES = ({name: parse(name) for name in SCRIPT_NAMES + (MODULE, EXERCISES, SOLUTIONS)}
+TREES = ({name: parse(name) for name in SCRIPT_NAMES + (MODULE, EXERCISE_KIT, EXERCISES, SOLUTIONS)}
          | {name: parse_notebook(name) for name in (NOTEBOOK, PRACTICE_NOTEBOOK)})
 # Files whose kernels of one name must be identical: the book's kernels as printed, and the hardened ones.
-FAMILIES = {"book": SCRIPT_NAMES + (NOTEBOOK,), "hardened": (MODULE, EXERCISES, SOLUTIONS, PRACTICE_NOTEBOOK)}
+# An exercise's buggy backward kernel and its solution's share a name and differ on purpose, so the
+# exercises (and the notebook, which holds them) and the solutions are two families.
+FAMILIES = {"book": SCRIPT_NAMES + (NOTEBOOK,),
+            "hardened": (MODULE, EXERCISE_KIT, EXERCISES, PRACTICE_NOTEBOOK),
+            "solutions": (MODULE, EXERCISE_KIT, SOLUTIONS)}
 
 
 def definitions(tree):
@@ -125,7 +136,7 @@ def test_backend_choice_is_identical_in_every_copy_of_the_book():
 
 def test_no_other_file_defines_a_kernel():
     """The extras, benchmarks, tools and tests import the kernels from hardened_ops.py (or load a script)."""
-    allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE, EXERCISES, SOLUTIONS)}
+    allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE, EXERCISE_KIT, EXERCISES, SOLUTIONS)}
     copies = []
     for path in sorted(REPO.rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()
@@ -189,11 +200,14 @@ def test_the_drift_guard_sees_every_kernel():
     gelu = {"gelu_forward_kernel", "gelu_backward_kernel"}
     square = {"square_forward_kernel", "square_backward_kernel"}
     buggy = {"gelu_backward_kernel_buggy_no_chain_rule"}
+    kit = {"mul_forward_kernel", "silu_forward_kernel", "maximum", "add", "row_logsumexp_kernel",
+           "causal_conv_forward_kernel", "cross_entropy_kernel"}
+    fix = {"row_logsumexp_backward_kernel", "causal_conv_backward_kernel"}  # the exercises' kernels to fix
     expected = {
         "01_chained_expression": gelu | buggy, "02_graph_structure": gelu | square, "03_fan_in": gelu,
         "04_standalone_complete": gelu | square | buggy, MODULE: gelu | square | buggy | {"compute_dtype"},
-        NOTEBOOK: gelu | square | buggy, EXERCISES: {"mul_forward_kernel", "silu_forward_kernel"},
-        SOLUTIONS: {"mul_backward_kernel", "silu_backward_kernel"},
-        PRACTICE_NOTEBOOK: gelu | square | buggy | {"compute_dtype", "mul_forward_kernel", "silu_forward_kernel"},
+        NOTEBOOK: gelu | square | buggy, EXERCISE_KIT: kit, EXERCISES: fix,
+        SOLUTIONS: fix | {"mul_backward_kernel", "silu_backward_kernel"},
+        PRACTICE_NOTEBOOK: gelu | square | buggy | {"compute_dtype"} | kit | fix,
     }
     assert {name: set(kernels(tree)) for name, tree in TREES.items()} == expected
