@@ -103,7 +103,7 @@ def question_5():
     print(f"    identical? {torch.equal(two, one)}. The backward cannot tell how many paths made its")
     print("    grad_output, nor their coefficients: a backward that divides by a count, keeps a")
     print("    number from a 'first' call, or keeps grad_output[0] is wrong in some graph.")
-    print("    The exercises (practice/exercises.py) catch three such backwards: 2, 3 and 4.")
+    print("    The exercises (practice/exercises.py) catch three such backwards: 2, 3 and 10.")
     return torch.equal(two, one)
 
 
