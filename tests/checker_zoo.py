@@ -411,26 +411,16 @@ LEGAL = {
 # float64 inputs (TritonSiLU's kernels do), where a float64 step would see only rounding.
 
 
-@triton.jit
-def silu_fp32_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offsets, x / (1.0 + tl.exp(-x)), mask=mask)  # silu(x) = x * sigmoid(x), in float32
+def float32_silu():
+    """practice/solutions.py's TritonSiLU: its kernels compute in float32, whatever the input's dtype."""
+    import sys
+    from chapter_scripts import REPO
+    sys.path.insert(0, str(REPO / "practice"))
+    import solutions
+    return solutions.TritonSiLU
 
 
-@triton.jit
-def silu_fp32_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(grad_out_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    s = 1.0 / (1.0 + tl.exp(-x))
-    tl.store(grad_in_ptr + offsets, g * s * (1.0 + x * (1.0 - s)), mask=mask)  # d silu/dx = s(1 + x(1 - s))
-
-
-SiLUInFloat32 = one_input(lambda x: hardened_ops.launch_forward(silu_fp32_kernel, x),
-                          lambda x, g: hardened_ops.launch_backward(silu_fp32_backward_kernel, g, x), "SiLUInFloat32")
+SiLUInFloat32 = float32_silu()
 
 LEGAL_WITHOUT_REFERENCE = {
     "hardened TritonGELU": (hardened_ops.TritonGELU, (x35(),), {}),
