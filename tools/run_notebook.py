@@ -1,6 +1,6 @@
 """
-Execute notebooks/chapter17.ipynb (or practice.ipynb) top to bottom, as Jupyter would, and report its check
-====================================================================================
+Execute a notebook top to bottom, as Jupyter would, and report its check
+========================================================================
 
 Runs a copy of the notebook in a fresh Python kernel (nbclient, ipykernel), writes the
 executed copy to --output, and prints its last cell's output, which ends with
