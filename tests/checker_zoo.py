@@ -249,6 +249,19 @@ class MeanSquaredLoss(torch.autograd.Function):
         return grad, -grad
 
 
+class BiasOptional(torch.autograd.Function):
+    """Saves an optional tensor that is None, as fla-core's convolution saves a missing bias."""
+    @staticmethod
+    def forward(ctx, x, bias=None):
+        ctx.save_for_backward(x, bias)
+        return x * x if bias is None else x * x + bias
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, bias = ctx.saved_tensors
+        return 2 * x * grad_output, None if bias is None else grad_output
+
+
 class SquareSetupContext(torch.autograd.Function):
     """The setup_context style: forward takes no ctx."""
     @staticmethod
@@ -403,6 +416,7 @@ LEGAL = {
     "a non-contiguous output": (TransposedOutput, (x35(),), {}, lambda x: torch.exp(x).t()),
     "a 0-dim output": (MeanSquaredLoss, (x35(), x35(31)), {}, lambda x, y: ((x - y) ** 2).mean()),
     "setup_context": (SquareSetupContext, (x35(),), {}, square),
+    "a None among the saved tensors": (BiasOptional, (x35(),), {}, square),
     "values near 0": (hardened_ops.TritonSquare, (x35() * 1e-4,), {}, square),
     "values near 1e4": (hardened_ops.TritonSquare, (x35() + 1e4,), {}, square),
 }

@@ -204,7 +204,10 @@ def test_a_fresh_clone_with_only_a_venv_passes_with_no_other_step(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert summary(result) == (4, 0)
     python_line = next(line for line in result.stdout.splitlines() if line.startswith("  python"))
-    assert f"({clone}/.venv/bin/python)" in python_line, f"the checker did not use the clone's .venv: {python_line}"
+    # The interpreter names itself by its resolved path where a venv's python is an absolute link
+    # (as on a machine whose venv lives elsewhere); either way it is the venv's, not PATH's python3.
+    used = {f"({clone}/.venv/bin/python)", f"({os.path.realpath(clone / '.venv')}/bin/python"}
+    assert any(u in python_line for u in used), f"the checker did not use the clone's .venv: {python_line}"
 
 
 def test_without_a_venv_or_torch_the_message_names_make_check(tmp_path):

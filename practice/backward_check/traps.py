@@ -213,7 +213,7 @@ class Battery:
         if run is None:
             return None
         node = run.graded[0].grad_fn
-        saved = [t.detach().clone() for t in getattr(node, "saved_tensors", ()) or ()]
+        saved = [None if t is None else t.detach().clone() for t in getattr(node, "saved_tensors", ()) or ()]
         once = self.attempt("the backward, with retain_graph=True",
                             lambda: run.grad([t.clone() for t in g], retain_graph=True))
         if once is None:
@@ -230,7 +230,7 @@ class Battery:
                              f"{clip(f'{type(error).__name__}: {error}', 100)}")
             return False
         changed = [k for k, (before, now) in enumerate(zip(saved, getattr(node, "saved_tensors", ()) or ()))
-                   if largest_change(before, now.detach())]
+                   if before is not None and now is not None and largest_change(before, now.detach())]
         differ = self.same(once, again)
         if changed:
             self.report.add("writes into an input or a saved tensor",
