@@ -28,11 +28,13 @@ From a terminal, on a file that defines Functions::
 
 The file may define ``example_inputs`` (a function returning a tuple of positional
 arguments, or a dict of keyword arguments; or a dict of such functions keyed by Function
-name) and ``reference`` (a function, or a dict keyed by Function name); a Function may
-carry its own as static methods of those names. Without inputs, each tensor parameter gets
+name), ``reference`` (a function, or a dict keyed by Function name) and ``no_grad`` (the
+floating-point arguments the op takes no gradient for, by name); a Function may carry its
+own as static methods or class attributes of those names. Without inputs, each tensor parameter gets
 a random 3x5 tensor and parameters with defaults keep them.
 
-Exit status: 0 when every Function is clean, 1 when a trap is found, 2 on a usage error.
+Exit status: 0 when every Function is clean, 1 when a trap is found, 2 on a usage error (the
+other Functions are still checked).
 Runs on a GPU, or on the CPU through Triton's interpreter.
 """
 import argparse
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for backward_check, 
 # Importing the checker picks the backend (the GPU, or TRITON_INTERPRET=1) before the reader's file
 # can import triton: Triton reads that switch once, when it is first imported.
 from backward_check import BACKEND, DEVICE, TRAPS, Finding, Report, UsageError, check_backward  # noqa: E402
+from backward_check.calling import _forward_parameters  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -68,17 +71,18 @@ def provided(module, function, name, attribute):
     return value
 
 
+NOT_TENSORS = (int, float, str, bool, "int", "float", "str", "bool")  # "int": under `from __future__ import annotations`
+
+
 def default_inputs(function, name):
     """A random 3x5 tensor for each parameter without a default; the defaults kept."""
-    parameters = list(inspect.signature(function.forward).parameters.values())
-    if getattr(function, "setup_context", None) is torch.autograd.Function.setup_context:
-        parameters = parameters[1:]  # less ctx
     args = []
-    for k, p in enumerate(parameters):
+    for k, p in enumerate(_forward_parameters(function)):
         if p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             break
-        if p.annotation in (int, float, str, bool):
-            raise UsageError(f"{name}.forward needs `{p.name}: {p.annotation.__name__}`, which the checker cannot "
+        if p.annotation in NOT_TENSORS:
+            spelled = getattr(p.annotation, "__name__", p.annotation)
+            raise UsageError(f"{name}.forward needs `{p.name}: {spelled}`, which the checker cannot "
                              f"invent: define example_inputs() in the file (see --help)")
         args.append(torch.randn(3, 5, generator=torch.Generator().manual_seed(11 + k)).to(DEVICE))
     return tuple(args), {}
@@ -128,21 +132,28 @@ def main(argv=None):
             raise UsageError(f"{args.file} defines no Function named {missing}; it defines {sorted(found)}")
         if not chosen:
             raise UsageError(f"{args.file} defines no torch.autograd.Function")
-        trapped = 0
-        for name in chosen:
-            positional, keywords = inputs_for(module, found[name], name)
-            report = check_backward(found[name], *positional, reference=provided(module, found[name], name, "reference"),
-                                    second_order=args.second_order, name=name, **keywords)
-            print(report, flush=True)
-            trapped += not report.clean
     except UsageError as error:
         print(f"backward_checker.py: error: {error}", file=sys.stderr)
         return 2
-    except Exception as error:  # noqa: BLE001  (the checker's own failure: one line, never a traceback)
-        print(f"backward_checker.py: error: the checker itself failed ({type(error).__name__}: "
-              f"{' '.join(str(error).split())[:200]}); please report it with the file", file=sys.stderr)
-        return 2
-    return 1 if trapped else 0
+    trapped = misused = 0
+    for name in chosen:  # one Function's usage error does not stop the others
+        try:
+            positional, keywords = inputs_for(module, found[name], name)
+            report = check_backward(found[name], *positional, reference=provided(module, found[name], name, "reference"),
+                                    second_order=args.second_order, name=name,
+                                    no_grad=provided(module, found[name], name, "no_grad") or (), **keywords)
+        except UsageError as error:
+            print(f"backward_checker.py: error: {name}: {error}", file=sys.stderr)
+            misused += 1
+            continue
+        except Exception as error:  # noqa: BLE001  (the checker's own failure: one line, never a traceback)
+            print(f"backward_checker.py: error: {name}: the checker itself failed ({type(error).__name__}: "
+                  f"{' '.join(str(error).split())[:200]}); please report it with the file", file=sys.stderr)
+            misused += 1
+            continue
+        print(report, flush=True)
+        trapped += not report.clean
+    return 2 if misused else 1 if trapped else 0
 
 
 if __name__ == "__main__":

@@ -372,6 +372,84 @@ class RefusesStrides(torch.autograd.Function):
         return 2 * x * grad_output
 
 
+class MaskedSoftmax(torch.autograd.Function):
+    """A padding mask of -inf beside the logits: an infinity that never changes is no write."""
+    @staticmethod
+    def forward(ctx, x, bias):
+        y = torch.softmax(x + bias, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y, = ctx.saved_tensors
+        d = y * (g - (g * y).sum(-1, keepdim=True))  # the softmax's vector-Jacobian product
+        return d, d
+
+
+def masked_logits(seed=70):
+    bias = torch.zeros(4, 6)
+    bias[:, 4:] = float("-inf")
+    return seeded_randn(4, 6, seed=seed), bias.to(DEVICE)
+
+
+class SinAndCountUnmaterialized(torch.autograd.Function):
+    """ctx.set_materialize_grads(False): the count's grad_output arrives as None, not zeros."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x)
+        positive = (x > 0).sum(-1)
+        ctx.mark_non_differentiable(positive)
+        return x.sin(), positive
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_count):
+        if grad_count is not None:
+            raise RuntimeError("with materialize_grads off, autograd passes None here")
+        x, = ctx.saved_tensors
+        return grad_sin * x.cos()
+
+
+class ScaleByTable(torch.autograd.Function):
+    """A floating-point table it takes no gradient for, as a rotary embedding takes cos and sin."""
+    @staticmethod
+    def forward(ctx, x, table):
+        ctx.save_for_backward(table)
+        return x * table
+
+    @staticmethod
+    def backward(ctx, g):
+        table, = ctx.saved_tensors
+        return g * table, None
+
+
+class ScaleKeywordOnly(torch.autograd.Function):
+    """A keyword-only parameter with a default, which Function.apply leaves at its default."""
+    @staticmethod
+    def forward(ctx, x, *, alpha=2.0):
+        ctx.alpha = alpha
+        return x * alpha
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.alpha
+
+
+FIXED_WEIGHT = seeded_randn(5, 4, seed=71)
+
+
+class ProjectFixed(torch.autograd.Function):
+    """x @ W with W of a fixed (5, 4): the grown inputs cannot fit it, and it says so, loudly."""
+    @staticmethod
+    def forward(ctx, x):
+        return x @ FIXED_WEIGHT
+
+    @staticmethod
+    def backward(ctx, g):
+        return g @ FIXED_WEIGHT.t()
+
+
 def square(x):
     return x * x
 
@@ -410,6 +488,14 @@ LEGAL = {
     "random numbers drawn in forward (a dropout)": (Dropout, (x35(),), {}, dropout_reference),
     "a non-contiguous input refused with an error": (RefusesStrides, (x35(),), {}, square),
     "a second backward over one graph refused with an error": (FreesWhatItKept, (x35(),), {}, square),
+    "a -inf padding mask": (MaskedSoftmax, masked_logits(), {}, lambda x, b: torch.softmax(x + b, -1)),
+    "NaN outputs (log of negative numbers)": (torch.log, (x35(),), {}, torch.log),
+    "materialize_grads off, a non-differentiable output": (SinAndCountUnmaterialized, (x35(),), {},
+                                                           lambda x: (x.sin(), (x > 0).sum(-1))),
+    "a floating-point table taken with no gradient (no_grad=)": (ScaleByTable, (x35(), x35(31)),
+                                                                 {"no_grad": ("table",)}, lambda x, t: x * t),
+    "a keyword-only parameter left at its default": (ScaleKeywordOnly, (x35(),), {}, lambda x: 2.0 * x),
+    "shapes the grown inputs cannot fit, refused loudly": (ProjectFixed, (x35(),), {}, lambda x: x @ FIXED_WEIGHT),
     "an output that is None": (ValueAndNone, (x35(),), {}, lambda x: (x * 3.0, None)),
     "a non-differentiable integer output": (MaxWithIndex, (x35(),), {}, lambda x: x.max(dim=-1)),
     "once_differentiable": (CubeOnceDifferentiable, (x35(),), {}, lambda x: x ** 3),
@@ -646,6 +732,47 @@ def square_drops_the_tail(x, g):
     return grad
 
 
+class AddOneThroughThePointer(torch.autograd.Function):
+    """Writes into its input and returns it, without ctx.mark_dirty (a kernel writing through x's pointer)."""
+    @staticmethod
+    def forward(ctx, x):
+        x.data.add_(1.0)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+SHAPE_CACHE = {}
+
+
+class CachedByShape(torch.autograd.Function):
+    """Keeps the derivative of the first call of each shape: right once, wrong for the next values."""
+    @staticmethod
+    def forward(ctx, x):
+        SHAPE_CACHE.setdefault(tuple(x.shape), torch.cos(x))
+        ctx.shape = tuple(x.shape)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * SHAPE_CACHE[ctx.shape]
+
+
+class SinCosSwapped(torch.autograd.Function):
+    """Two outputs whose grad_outputs the backward swaps."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        x, = ctx.saved_tensors
+        return grad_cos * torch.cos(x) - grad_sin * torch.sin(x)  # BUG: grad_sin and grad_cos swapped
+
+
 def book_function(name):
     from chapter_scripts import SCRIPTS
     return getattr(SCRIPTS["04_standalone_complete"], name)
@@ -689,6 +816,11 @@ PLANTED = {
                                                                           "writes into an input or a saved tensor"),
     "the same, through torch": (ScalesSavedGradientInTorch, (x35(),), {}, square,
                                 "writes into an input or a saved tensor"),
+    "a write into the input it returns, undeclared": (AddOneThroughThePointer, (x35(),), {}, lambda x: x + 1.0,
+                                                     "writes into an input or a saved tensor"),
+    "a derivative cached by shape": (CachedByShape, (x35(),), {}, torch.sin, "keeps state between calls"),
+    "two outputs' grad_outputs swapped": (SinCosSwapped, (x35(),), {}, lambda x: (torch.sin(x), torch.cos(x)),
+                                          "a wrong formula"),
     "backward writes into the saved input": (SquareWritesSavedInput, (x35(),), {}, square,
                                              "writes into an input or a saved tensor"),
     "a grid of one block": (one_input(square, square_one_block, "SquareOneBlock"), (x35(),), {}, square,

@@ -123,3 +123,34 @@ def test_the_solutions_are_clean_against_finite_differences():
     them, with no reference given (the file defines none)."""
     result = run(REPO / "practice/solutions.py")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_string_annotations_are_no_tensors_and_one_functions_error_spares_the_others(tmp_path):
+    module = write(tmp_path, '''
+        from __future__ import annotations
+        import torch
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, n: int):
+                ctx.n = n
+                return x * n
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output * ctx.n, None
+
+        class Exp(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return torch.exp(x)
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                x, = ctx.saved_tensors
+                return grad_output * torch.exp(x)
+    ''')
+    result = run(module)
+    assert result.returncode == 2 and "Scale: " in result.stderr and "`n: int`" in result.stderr, result.stderr
+    assert "check_backward(Exp): clean" in result.stdout, result.stdout

@@ -131,3 +131,37 @@ def test_a_float32_kernel_under_float64_inputs_is_differenced_at_float32s_step()
     from checker_zoo import SiLUInFloat32
     op = Op(SiLUInFloat32, (seeded_randn(3, 5, seed=52),), {})
     assert FiniteDifferences(op, op.values, graded=[0]).computed == torch.float32
+
+
+def sin_computed_in(dtype, factor):
+    """sin computed in a narrow dtype, its backward factor times d sin/dx (1.0: right)."""
+    return type(f"SinIn{str(dtype)[6:]}", (torch.autograd.Function,), {
+        "forward": staticmethod(lambda ctx, x: (ctx.save_for_backward(x), x.to(dtype).sin().to(x.dtype))[1]),
+        "backward": staticmethod(lambda ctx, g: factor * g * ctx.saved_tensors[0].cos())})
+
+
+def test_finite_differences_too_noisy_to_decide_say_inconclusive_not_trap():
+    """bfloat16 inside: its differences measure rounding at any step, so they decide nothing."""
+    report = check_backward(sin_computed_in(torch.bfloat16, 1.0), seeded_randn(3, 5, seed=8))
+    assert report.clean and any("too noisy" in n for n in report.inconclusive), str(report)
+    wrong = sin_computed_in(torch.bfloat16, 1.3)
+    assert check_backward(wrong, seeded_randn(3, 5, seed=8)).clean  # undecided, so no verdict either way
+    assert check_backward(wrong, seeded_randn(3, 5, seed=8), reference=torch.sin).traps == ["a wrong formula"]
+
+
+def test_a_float16_kernel_is_differenced_at_float16s_step():
+    right, wrong = sin_computed_in(torch.float16, 1.0), sin_computed_in(torch.float16, 1.3)
+    assert check_backward(right, seeded_randn(3, 5, seed=8)).clean
+    assert check_backward(wrong, seeded_randn(3, 5, seed=8)).traps == ["a wrong formula"]
+
+
+def test_a_linear_op_under_create_graph_is_clean():
+    """Its gradient is a constant, and so is the right one: the second derivative is 0."""
+    report = check_backward(lambda x: 2 * x, seeded_randn(3, 5, seed=9), reference=lambda x: 2 * x, second_order=True)
+    assert report.clean and "create_graph=True" in report.passed, str(report)
+
+
+def test_a_list_of_tensors_is_refused_with_a_message_that_says_so():
+    x = seeded_randn(3, 5, seed=10)
+    with pytest.raises(UsageError, match="list of tensors"):
+        check_backward(lambda tensors: torch.cat(tensors), [x, x])

@@ -12,7 +12,7 @@ from .traps import Battery, second_order_problem  # noqa: E402
 __all__ = ["check_backward", "Report", "Finding", "TRAPS", "UsageError", "DEVICE", "BACKEND"]
 
 
-def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, **kwargs):
+def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(), **kwargs):
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
@@ -20,13 +20,15 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     get gradients, everything else passes through unchanged. Tensors are moved to the kernels'
     device. reference: a callable with the same arguments built from differentiable torch ops;
     without one, finite differences. second_order: also check create_graph=True. grow: also check
-    the inputs grown past several 1024-element blocks. A keyword argument of the op that shares a
-    name with one of these must be passed positionally.
+    the inputs grown past several 1024-element blocks. no_grad: the names (or positions) of
+    floating-point arguments the op deliberately takes no gradient for (a rotary table, a fixed
+    target); they pass through like integers. A keyword argument of the op that shares a name with
+    one of these must be passed positionally.
 
     Raises UsageError (a ValueError) when the call itself is wrong: no floating-point tensor,
     arguments the forward cannot take, a reference that does not match."""
     start = time.perf_counter()
-    op = Op(fn, args, kwargs, device=DEVICE)
+    op = Op(fn, args, kwargs, device=DEVICE, no_grad=(no_grad,) if isinstance(no_grad, (str, int)) else no_grad)
     report = Report(name or op.name)
     given = Battery(op, op.values, reference, report, "given")
     checked = [f"{layouts.describe_shapes(op.values)}"]

@@ -61,7 +61,7 @@ class Op:
     """The op bound to one set of arguments. Function subclasses are called through .apply with
     their forward's signature bound (defaults kept); other callables as they are."""
 
-    def __init__(self, fn, args, kwargs, device=None):
+    def __init__(self, fn, args, kwargs, device=None, no_grad=()):
         if not callable(fn):
             raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
         self.fn = fn
@@ -81,12 +81,20 @@ class Op:
         else:
             self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
             self.slots += [Slot(k, k, v, "keyword") for k, v in kwargs.items()]
-        if self.function and any(isinstance(s.key, str) for s in self.slots):
-            raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
-        self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable]
+        if self.function:  # Function.apply passes no keywords: keyword-only parameters keep their defaults
+            if any(isinstance(s.key, str) and s.given != "default" for s in self.slots):
+                raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
+            self.slots = [s for s in self.slots if not isinstance(s.key, str)]
+        unsupported = [s.name for s in self.slots if _holds_tensors(s.value) or
+                       (isinstance(s.value, torch.Tensor) and s.value.is_complex())]
+        self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and s.name not in set(no_grad)
+                       and i not in set(no_grad)]
         if not self.inputs:
-            raise UsageError(f"{self.name} was given no floating-point tensor, so there is no gradient to check; "
-                             f"pass the op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
+            if unsupported:
+                raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors or a complex tensor, "
+                                 f"which the checker does not take: wrap the op in a function of real tensors")
+            raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for; pass the "
+                             f"op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
 
     @staticmethod
     def _slots_from(bound, named, positional_count):
@@ -155,6 +163,10 @@ class Op:
                 leaves.append(None)
                 passed.append(copy)
         return leaves, passed
+
+
+def _holds_tensors(value):
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
 
 
 def _to_device(value, device):

@@ -3,8 +3,8 @@
 grad_outputs: random (what a weight, a mask or a loss per row hands back), uniform (what 2 * z + 1
 and fan-in hand back), and the layouts autograd really hands a backward: after .sum() every stride
 is 0; after .sum(dim=0) a row repeated with stride 0; after torch.cat along the last dimension a
-narrow view of a wider gradient; after a transpose, a transposed one. tests/test_practice.py checks
-that autograd hands exactly these strides.
+narrow view of a wider gradient; after a transpose, a transposed one. tests/test_checker_strategies.py
+checks that autograd hands exactly these strides.
 
 Inputs: the ones given, and the same grown to span several 1024-element blocks with a ragged tail,
 every dimension of size > 1 mapped to a larger odd size, consistently across arguments.
@@ -118,7 +118,8 @@ def grow(values, slots):
     if not counted:
         return None, "the largest input has no dimension to grow (sizes of 1, or multiples of 16)"
     for s, v in zip(slots, values):
-        if isinstance(v, int) and not isinstance(v, bool) and v in sizes:
+        numbers = v if isinstance(v, (tuple, list)) else (v,)
+        if any(isinstance(n, int) and not isinstance(n, bool) and n in sizes for n in numbers):
             return None, f"`{s.name}` = {v} matches a dimension's size, so it may have to grow with it"
     grown = _grown_sizes(sizes, largest.numel(), len(counted))
     return [_grow_one(v, grown, seed=100 + i) if isinstance(v, torch.Tensor) else v

@@ -45,6 +45,7 @@ class Report:
     inconclusive: list = dataclasses.field(default_factory=list)
     checked: str = ""
     seconds: float = 0.0
+    failed: set = dataclasses.field(default_factory=set, repr=False)
 
     @property
     def clean(self):
@@ -60,8 +61,14 @@ class Report:
             self.findings.append(Finding(trap, evidence))
 
     def ok(self, what):
-        if what not in self.passed:
+        if what not in self.passed and what not in self.failed:
             self.passed.append(what)
+
+    def fail(self, what):
+        """A check that found a trap on some inputs is not 'ok', whatever other inputs showed."""
+        self.failed.add(what)
+        if what in self.passed:
+            self.passed.remove(what)
 
     def note(self, text):
         if text not in self.notes:
