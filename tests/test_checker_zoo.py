@@ -1,11 +1,12 @@
-"""The backward checker against its two zoos (tests/checker_zoo.py): legal code must come back
+"""The backward checker against its two zoos (tests/checker_zoo.py and checker_zoo_planted.py): legal code must come back
 clean, and each planted bug must be named with exactly its trap, with and without a reference."""
 import time
 
 import pytest
 import torch
 from chapter_scripts import REPO, scripts_defining
-from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, PLANTED, PLANTED_WITHOUT_REFERENCE, gelu, square
+from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, gelu, square
+from checker_zoo_planted import PLANTED, PLANTED_WITHOUT_REFERENCE
 
 import sys
 sys.path.insert(0, str(REPO / "practice"))

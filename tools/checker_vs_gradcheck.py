@@ -2,7 +2,7 @@
 The backward checker beside gradcheck and opcheck, on the same code
 ===================================================================
 
-Runs three tools over the checker's zoos (tests/checker_zoo.py): every planted bug, which each
+Runs three tools over the checker's zoos (tests/checker_zoo*.py): every planted bug, which each
 tool should flag, and the legal code, which none should. The tools:
 
   checker    practice/backward_checker.py's check_backward, with the case's torch reference (and,
@@ -28,7 +28,8 @@ from backward_checker import BACKEND, check_backward  # noqa: E402  (picks the b
 from backward_check.calling import Op  # noqa: E402
 
 import torch  # noqa: E402
-from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, PLANTED, dgelu  # noqa: E402
+from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, dgelu  # noqa: E402
+from checker_zoo_planted import PLANTED  # noqa: E402
 
 
 def float64(value):

@@ -1,0 +1,314 @@
+"""The backward checker's planted zoo: one bug a case, old and new, each of which must be named
+with exactly its trap. Every case is (the op, its arguments, its keyword arguments, its reference,
+the trap), drawn from a seed, so a failure reproduces. Several re-create real libraries' bugs
+(docs/in-the-wild.md has the releases themselves)."""
+import torch
+import triton
+import triton.language as tl
+from chapter_scripts import hardened_ops
+from checker_zoo import (cross_entropy_reference, dgelu, gelu, logits_and_target, mul, one_input, square,
+                         triton_gelu, x35)
+
+
+class CountsItsUses(torch.autograd.Function):
+    """Divides by how many times forward ran: 'each use gets its share'."""
+    uses = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        CountsItsUses.uses += 1
+        ctx.save_for_backward(x)
+        return triton_gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        share = grad_output * dgelu(x) / CountsItsUses.uses
+        CountsItsUses.uses = 0
+        return share
+
+
+class DerivativeOnTheClass(torch.autograd.Function):
+    derivative = None
+
+    @staticmethod
+    def forward(ctx, x):
+        DerivativeOnTheClass.derivative = dgelu(x)
+        return triton_gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * DerivativeOnTheClass.derivative
+
+
+class GradientOfTheWrongShape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return (2 * x * grad_output).sum(dim=0)  # BUG: summed over the rows
+
+
+class MulSwapsNeeds(torch.autograd.Function):
+    """Skips the gradients nobody needs, but reads needs_input_grad the wrong way round."""
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        return (grad_output * y if ctx.needs_input_grad[1] else None,
+                grad_output * x if ctx.needs_input_grad[0] else None)
+
+
+class MulForgetsGradOnY(torch.autograd.Function):
+    """Input 1's gradient ignores grad_output."""
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        return grad_output * y, x
+
+
+class SinCosForgetsCos(torch.autograd.Function):
+    """Two outputs; the second output's grad_output is taken as 1."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        x, = ctx.saved_tensors
+        return grad_sin * torch.cos(x) - torch.sin(x)
+
+
+class RowLossFirstScale(torch.autograd.Function):
+    """Liger-Kernel#584's mechanism: a loss per row, every row's gradient scaled by grad_output[0]."""
+    @staticmethod
+    def forward(ctx, logits, target, reduction: str = "none"):
+        logp = torch.log_softmax(logits, dim=-1)
+        ctx.save_for_backward(logp, target)
+        return -logp.gather(1, target[:, None]).squeeze(1)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logp, target = ctx.saved_tensors
+        grad = logp.exp()
+        grad[torch.arange(len(target)), target] -= 1.0
+        return grad * grad_output[0], None, None       # BUG: grad_output[:, None]
+
+
+class CrossEntropyWritesLogits(torch.autograd.Function):
+    """Liger-Kernel's cross-entropy mechanism: forward stores the gradient into the logits it was given."""
+    @staticmethod
+    def forward(ctx, logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        loss = -logp.gather(1, target[:, None]).squeeze(1)
+        written = logits.data  # as a kernel writes through the pointer: autograd's version counter never moves
+        written.copy_(logp.exp())
+        written[torch.arange(len(target)), target] -= 1.0
+        ctx.save_for_backward(logits)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad, = ctx.saved_tensors
+        return grad * grad_output[:, None], None
+
+
+class ScalesSavedGradient(torch.autograd.Function):
+    """Liger-Kernel 0.5.8's mechanism: forward saves the local gradient, backward scales it in place."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(2 * x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        local, = ctx.saved_tensors
+        return local.data.mul_(grad_output)  # BUG, through the pointer as a kernel writes: autograd never sees it
+
+
+class ScalesSavedGradientInTorch(ScalesSavedGradient):
+    """The same write through torch: autograd's version counter refuses the second backward."""
+    @staticmethod
+    def backward(ctx, grad_output):
+        local, = ctx.saved_tensors
+        return local.mul_(grad_output)
+
+
+class SquareWritesSavedInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        with torch.no_grad():
+            x.mul_(2.0)  # "reuse the buffer": the caller's x is now 2x
+        return x * grad_output
+
+
+@triton.jit
+def square_backward_reading_rows(grad_out_ptr, x_ptr, grad_in_ptr, rows, cols, BLOCK: tl.constexpr):
+    """fla-core's causal_conv1d mechanism: grad_output's strides taken from its shape, as if contiguous."""
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < cols
+    x = tl.load(x_ptr + row * cols + c, mask=mask, other=0.0)
+    g = tl.load(grad_out_ptr + row * cols + c, mask=mask, other=0.0)  # BUG: row * g.stride(0)
+    tl.store(grad_in_ptr + row * cols + c, g * 2.0 * x, mask=mask)
+
+
+def square_hard_coded_strides(x, g):
+    x = x.contiguous()
+    grad = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows, cols = x.shape
+    square_backward_reading_rows[(rows,)](g, x, grad, rows, cols, BLOCK=triton.next_power_of_2(cols))
+    return grad
+
+
+def square_like_x(x, g):
+    """Reads grad_output with x's layout (a kernel handed x's strides for both)."""
+    return 2 * x * g.as_strided(x.shape, x.stride())
+
+
+def square_one_block(x, g):
+    """A grid of one block: cdiv(n, BLOCK) left out."""
+    x, g = x.contiguous(), g.contiguous()
+    grad = torch.zeros_like(x)
+    hardened_ops.square_backward_kernel[(1,)](g, x, grad, x.numel(), BLOCK=1024)
+    return grad
+
+
+def square_drops_the_tail(x, g):
+    """n // BLOCK blocks: the last, ragged block is never launched."""
+    x, g = x.contiguous(), g.contiguous()
+    grad = torch.zeros_like(x)
+    n = x.numel()
+    hardened_ops.square_backward_kernel[(max(1, n // 1024),)](g, x, grad, n, BLOCK=1024)
+    return grad
+
+
+class AddOneThroughThePointer(torch.autograd.Function):
+    """Writes into its input and returns it, without ctx.mark_dirty (a kernel writing through x's pointer)."""
+    @staticmethod
+    def forward(ctx, x):
+        x.data.add_(1.0)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+SHAPE_CACHE = {}
+
+
+class CachedByShape(torch.autograd.Function):
+    """Keeps the derivative of the first call of each shape: right once, wrong for the next values."""
+    @staticmethod
+    def forward(ctx, x):
+        SHAPE_CACHE.setdefault(tuple(x.shape), torch.cos(x))
+        ctx.shape = tuple(x.shape)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * SHAPE_CACHE[ctx.shape]
+
+
+class SinCosSwapped(torch.autograd.Function):
+    """Two outputs whose grad_outputs the backward swaps."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        x, = ctx.saved_tensors
+        return grad_cos * torch.cos(x) - grad_sin * torch.sin(x)  # BUG: grad_sin and grad_cos swapped
+
+
+def book_function(name):
+    from chapter_scripts import SCRIPTS
+    return getattr(SCRIPTS["04_standalone_complete"], name)
+
+
+def tanh_derivative(x, g):
+    return g * torch.ops.aten.gelu_backward(torch.ones_like(x), x, approximate="tanh")
+
+
+PLANTED = {
+    "no chain rule (the book's buggy kernel)": (hardened_ops.TritonGELUBuggy, (x35(),), {}, gelu,
+                                                "ignores grad_output"),
+    "square, no chain rule": (one_input(square, lambda x, g: 2 * x, "SquareNoChainRule"), (x35(),), {}, square,
+                              "ignores grad_output"),
+    "input y ignores grad_output": (MulForgetsGradOnY, (x35(), x35(31)), {}, mul, "ignores grad_output"),
+    "output 1's grad_output ignored": (SinCosForgetsCos, (x35(),), {}, lambda x: (torch.sin(x), torch.cos(x)),
+                                       "ignores grad_output"),
+    "grad_output[0]": (one_input(triton_gelu, lambda x, g: g.reshape(-1)[0] * dgelu(x), "GELUFirstElement"),
+                       (x35(),), {}, gelu, "assumes a uniform grad_output"),
+    "grad_output.mean()": (one_input(triton_gelu, lambda x, g: g.mean() * dgelu(x), "GELUMean"), (x35(),), {}, gelu,
+                           "assumes a uniform grad_output"),
+    "a row loss scaled by grad_output[0] (Liger-Kernel#584)": (RowLossFirstScale, logits_and_target(), {},
+                                                               cross_entropy_reference,
+                                                               "assumes a uniform grad_output"),
+    "derivative kept on the class": (DerivativeOnTheClass, (x35(),), {}, gelu, "keeps state between calls"),
+    "divides by its uses": (CountsItsUses, (x35(),), {}, gelu, "keeps state between calls"),
+    "mul_ on grad_output": (one_input(triton_gelu, lambda x, g: g.mul_(dgelu(x)), "GELUInPlace"), (x35(),), {}, gelu,
+                            "mutates grad_output in place"),
+    "add_ on grad_output": (one_input(square, lambda x, g: g.add_(0).mul_(2 * x), "SquareInPlace"), (x35(),), {},
+                            square, "mutates grad_output in place"),
+    "strides from the shape (fla-core causal_conv1d)": (one_input(square, square_hard_coded_strides, "SquareRows"),
+                                                        (x35(),), {}, square, "assumes a contiguous grad_output"),
+    "grad_output read with x's layout": (one_input(square, square_like_x, "SquareLikeX"), (x35(),), {}, square,
+                                         "assumes grad_output is laid out like its input"),
+    "the book's TritonGELU on a transposed input": (book_function("TritonGELU"), (x35(),), {}, gelu,
+                                                    "assumes a contiguous input"),
+    "forward writes into its logits (Liger-Kernel cross-entropy)": (CrossEntropyWritesLogits, logits_and_target(), {},
+                                                                    cross_entropy_reference,
+                                                                    "writes into an input or a saved tensor"),
+    "backward scales its saved gradient in place (Liger-Kernel 0.5.8)": (ScalesSavedGradient, (x35(),), {}, square,
+                                                                          "writes into an input or a saved tensor"),
+    "the same, through torch": (ScalesSavedGradientInTorch, (x35(),), {}, square,
+                                "writes into an input or a saved tensor"),
+    "a write into the input it returns, undeclared": (AddOneThroughThePointer, (x35(),), {}, lambda x: x + 1.0,
+                                                     "writes into an input or a saved tensor"),
+    "a derivative cached by shape": (CachedByShape, (x35(),), {}, torch.sin, "keeps state between calls"),
+    "two outputs' grad_outputs swapped": (SinCosSwapped, (x35(),), {}, lambda x: (torch.sin(x), torch.cos(x)),
+                                          "a wrong formula"),
+    "backward writes into the saved input": (SquareWritesSavedInput, (x35(),), {}, square,
+                                             "writes into an input or a saved tensor"),
+    "a grid of one block": (one_input(square, square_one_block, "SquareOneBlock"), (x35(),), {}, square,
+                            "covers only part of a large input"),
+    "the ragged tail dropped": (one_input(square, square_drops_the_tail, "SquareNoTail"), (x35(),), {}, square,
+                                "covers only part of a large input"),
+    "needs_input_grad read the wrong way round": (MulSwapsNeeds, (x35(), x35(31)), {}, mul,
+                                                  "returns the wrong gradients"),
+    "a gradient of the wrong shape": (GradientOfTheWrongShape, (x35(),), {}, square, "returns the wrong gradients"),
+    "tanh-approximate derivative": (one_input(triton_gelu, tanh_derivative, "GELUTanhDerivative"), (x35(),), {}, gelu,
+                                    "a wrong formula"),
+    "sign error": (one_input(torch.sin, lambda x, g: -g * torch.cos(x), "SinSignError"), (x35(),), {}, torch.sin,
+                   "a wrong formula"),
+}
+
+# Found without a reference too (finite differences stand in, as in torch.autograd.gradcheck).
+PLANTED_WITHOUT_REFERENCE = ["no chain rule (the book's buggy kernel)", "grad_output[0]", "mul_ on grad_output",
+                             "strides from the shape (fla-core causal_conv1d)", "a grid of one block",
+                             "derivative kept on the class", "input y ignores grad_output",
+                             "forward writes into its logits (Liger-Kernel cross-entropy)"]
