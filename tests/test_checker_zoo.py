@@ -1,10 +1,9 @@
 """The backward checker against its two zoos (tests/checker_zoo.py and checker_zoo_planted.py): legal code must come back
 clean, and each planted bug must be named with exactly its trap, with and without a reference."""
-import time
 
 import pytest
 import torch
-from chapter_scripts import REPO, scripts_defining
+from chapter_scripts import REPO, scripts_defining, seeded_randn
 from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, gelu, square
 from checker_zoo_planted import PLANTED, PLANTED_WITHOUT_REFERENCE
 
@@ -58,8 +57,7 @@ def chapter_functions():
 def test_the_books_functions_are_flagged_only_for_a_transposed_input(op, reference):
     """The listings feed the saved x to the kernel as it is: right for every grad_output autograd hands
     on, wrong for x.t() (docs/differences.md shows the same from tools/listing_failures.py)."""
-    x = torch.randn(3, 5).to(check_backward.__globals__["DEVICE"])
-    report = check_backward(op, x, reference=reference)
+    report = check_backward(op, seeded_randn(3, 5, seed=81), reference=reference)
     assert report.traps == ["assumes a contiguous input"], str(report)
     assert {"random grad_output", "the layouts autograd hands on", "grad_output unchanged"} <= set(report.passed)
 
@@ -71,22 +69,12 @@ def test_the_callers_tensors_are_never_touched():
     assert all(torch.equal(a, k) for a, k in zip(args, kept))
 
 
-def test_a_typical_check_takes_about_a_second():
-    op, args, kwargs, reference = LEGAL["hardened TritonGELU"]
-    check_backward(op, *args, reference=reference)  # Triton compiles (or the interpreter warms) once
-    start = time.perf_counter()
-    report = check_backward(op, *args, reference=reference)
-    assert report.clean and time.perf_counter() - start < 10.0  # about 1 s here; generous for a loaded CI
-
-
 def test_a_silently_wrong_second_derivative_is_named_only_when_asked():
-    op = PLANTED["no chain rule (the book's buggy kernel)"][0]
     book = chapter_functions()[0].values[0]  # the book's TritonGELU: its kernel's output carries no graph
-    x = torch.randn(3, 5).to(check_backward.__globals__["DEVICE"])
+    x = seeded_randn(3, 5, seed=80)
     assert "a silently wrong second derivative" not in check_backward(book, x, reference=gelu).traps
     report = check_backward(book, x, reference=gelu, second_order=True)
     assert "a silently wrong second derivative" in report.traps, str(report)
-    assert op is not book
 
 
 @pytest.mark.parametrize("case", ["hardened TritonGELU", "hardened TritonSquare", "torch ops inside"])

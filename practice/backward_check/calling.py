@@ -224,8 +224,3 @@ def forward(op, frozen=(), dtype=None, values=None, fn=None):
     raw = seeded_call(op, passed, fn=fn)
     outputs = flatten(raw)
     return Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)], raw)
-
-
-def vjp(op, grad_outputs, frozen=(), values=None):
-    """The op's gradients for each argument (None where it takes none) under grad_outputs."""
-    return forward(op, frozen=frozen, values=values).grad(grad_outputs)

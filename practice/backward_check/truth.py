@@ -77,8 +77,8 @@ def graded_outputs(output):
 class Reference:
     """Autograd through the reference, in float64 where the reference takes it."""
 
-    def __init__(self, op, values, reference, precision):
-        self.op, self.values, self.reference, self.precision = op, values, reference, precision
+    def __init__(self, op, values, reference):
+        self.op, self.values, self.reference = op, values, reference
         self.dtype = torch.float64
         try:
             outs = self._outputs(torch.float64)[1]
@@ -212,7 +212,7 @@ class Truth:
         self.op, self.values = op, values
         self.base = [TOLERANCE.get(v.dtype, 1e-4) if isinstance(v, torch.Tensor) and v.is_floating_point() else 0.0
                      for v in values]
-        self.source = Reference(op, values, reference, None) if reference is not None else \
+        self.source = Reference(op, values, reference) if reference is not None else \
             FiniteDifferences(op, values, graded, sample=sample)
         self.forward_error = 0.0
 
