@@ -80,13 +80,20 @@ def row_block(x):
 # functions, which its interpreter cannot call where triton was imported before the interpreter was
 # switched on (as in a notebook's first cell).
 @triton.jit
-def maximum(a, b):
+def _maximum(a, b):
     return tl.maximum(a, b)
 
 
 @triton.jit
-def add(a, b):
+def _add(a, b):
     return a + b
+
+
+# Where this Triton has them, tl.reduce is given the combine functions that tl.max and tl.sum reduce
+# with: the interpreter recognises those and reduces with NumPy, over 20 times faster than calling
+# a combine function once per element. Compiled for a GPU, the two are the same code.
+maximum = getattr(tl.standard, "_elementwise_max", _maximum)
+add = getattr(tl.standard, "_sum_combine", _add)
 
 
 @triton.jit

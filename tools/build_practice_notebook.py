@@ -140,7 +140,7 @@ EXERCISE_CELLS = [("GELUNoChainRule",), ("GELUFirstElement",), ("GELUSharedDeriv
                   ("TritonMul",), ("TritonSiLU",),
                   ("Bugs that real libraries shipped, re-created small: their forward kernels first (a row's "
                    "log-sum-exp, a causal convolution, a cross-entropy that also computes its gradient).",
-                   "row_block", "maximum", "add", "row_logsumexp_kernel", "causal_conv_forward_kernel",
+                   "row_block", "_maximum", "_add", "maximum", "add", "row_logsumexp_kernel", "causal_conv_forward_kernel",
                    "cross_entropy_kernel", "CAUSAL_TAP"),
                   ("row_logsumexp_backward_kernel", "RowLogSumExp"), ("causal_conv_backward_kernel", "CausalConv"),
                   ("CrossEntropyInPlace",)]

@@ -11,6 +11,7 @@ A gradient is compared relative to the right gradient's own size (its norm, and 
 element), with no floor, so a bug in small gradients is not hidden by an absolute tolerance.
 """
 import dataclasses
+import sys
 import time
 
 import torch
@@ -21,7 +22,12 @@ from .layouts import BLOCK, generator
 # Relative error that counts as right, by the dtype the gradient is computed in.
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.6e-2}
 NOISY = 5e-2          # a tolerance above this decides nothing: the check says inconclusive
-FD_BUDGET_S = 60.0    # finite differences that would take longer than this are refused
+# Finite differences are refused past a number of calls of the op, so that whether a check runs never
+# depends on how fast the machine is; a slow op is refused only past ten minutes, and told about past
+# half a minute.
+FD_MAX_CALLS = 2000
+FD_MAX_S = 600.0
+FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
 NOISE_COLUMNS = 8     # columns differenced at a second step, to measure the differences' noise
 
@@ -119,7 +125,7 @@ class FiniteDifferences:
     """grad_output . J, with J built once by central differences, at two steps: their disagreement
     measures the differences' own noise, and sets the tolerance."""
 
-    def __init__(self, op, values, graded, sample=False, budget_s=FD_BUDGET_S):
+    def __init__(self, op, values, graded, sample=False):
         self.op, self.values, self.graded = op, values, graded
         self.dtype = torch.float64
         try:
@@ -138,10 +144,14 @@ class FiniteDifferences:
             n = values[i].numel()
             self.columns[i] = self._sample(n, seed=200 + i) if sample else torch.arange(n)
         calls = sum(2 * len(c) + 2 * min(len(c), NOISE_COLUMNS) for c in self.columns.values())
-        if calls * per_call > budget_s:
-            raise UsageError(f"finite differences would need {calls} calls of the op, about "
-                             f"{calls * per_call:.0f} s: pass reference=... (differentiable torch ops) "
+        seconds = calls * per_call
+        if calls > FD_MAX_CALLS or seconds > FD_MAX_S:
+            raise UsageError(f"finite differences would need {calls} calls of the op (at most {FD_MAX_CALLS}), "
+                             f"about {seconds:.0f} s here: pass reference=... (differentiable torch ops) "
                              f"or smaller inputs")
+        if seconds > FD_NOTE_S:
+            print(f"check_backward({op.name}): finite differences need {calls} calls of the op, about "
+                  f"{seconds:.0f} s here; a reference=... would be faster", file=sys.stderr)
         step = {torch.float64: 1e-6, torch.float32: 2e-3}.get(self.computed, 3e-2)  # about eps ** (1/3)
         # The second, coarser step on a few columns only: enough to see how noisy the differences are.
         self.jacobians = {i: (self._jacobian(i, step, self.columns[i]),
