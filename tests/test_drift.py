@@ -76,11 +76,10 @@ def parse_notebook(name):
 TREES = ({name: parse(name) for name in SCRIPT_NAMES + (MODULE, EXERCISE_KIT, EXERCISES, SOLUTIONS)}
          | {name: parse_notebook(name) for name in (NOTEBOOK, PRACTICE_NOTEBOOK)})
 # Files whose kernels of one name must be identical: the book's kernels as printed, and the hardened ones.
-# An exercise's buggy backward kernel and its solution's share a name and differ on purpose, so the
-# exercises (and the notebook, which holds them) and the solutions are two families.
+# An exercise's buggy backward kernel and its solution's share a name and differ on purpose; the
+# solutions' kernels have no copy anywhere (the exact sets below say so), so solutions.py is in no family.
 FAMILIES = {"book": SCRIPT_NAMES + (NOTEBOOK,),
-            "hardened": (MODULE, EXERCISE_KIT, EXERCISES, PRACTICE_NOTEBOOK),
-            "solutions": (MODULE, EXERCISE_KIT, SOLUTIONS)}
+            "hardened": (MODULE, EXERCISE_KIT, EXERCISES, PRACTICE_NOTEBOOK)}
 
 
 def definitions(tree):

@@ -152,7 +152,6 @@ def tree_of(log):
     return next(line for line in log.splitlines() if line.startswith("tree: "))[len("tree: "):]
 
 
-@pytest.mark.skipif(not LOG.exists(), reason="the H200 log is not committed yet")
 def test_the_page_quotes_only_what_the_logs_say():
     log, cpu, doc = LOG.read_text(), CPU_LOG.read_text(), DOC.read_text()
     provenance = (REPO / "docs" / "provenance.md").read_text()
