@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import csv
 import hashlib
+import os
 import statistics
 import subprocess
 import sys
@@ -197,6 +198,9 @@ def run_mode(mode, description, build, argv=None, gpu_only=False, with_do_bench=
     without a GPU unless --dry-run; a gpu_only mode's dry run without a GPU times nothing and says so."""
     args = parse_mode_args(mode, description, argv)
     sys.path.insert(0, str(REPO))
+    # The rungs labelled "ordinary" must time the ordinary launch even where the reader has set
+    # HARDENED_OPS_LEAN_LAUNCH=1: the lean rungs ask for the lean one with launch_path(lean=True).
+    os.environ.pop("HARDENED_OPS_LEAN_LAUNCH", None)
     import hardened_ops as ops  # picks the backend: CUDA, or the Triton interpreter
     import torch
     import triton

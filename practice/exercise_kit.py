@@ -76,9 +76,9 @@ def row_block(x):
     return triton.next_power_of_2(x.shape[-1])
 
 
-# The row kernels reduce with tl.reduce and these, not tl.max and tl.sum: those are Triton's own jit
-# functions, which its interpreter cannot call where triton was imported before the interpreter was
-# switched on (as in a notebook's first cell).
+# The row kernels reduce with tl.reduce, not tl.max and tl.sum: those are Triton's own jit functions,
+# which its interpreter cannot call where triton was imported before the interpreter was switched on
+# (as in a notebook's first cell). These two are the combine functions where a Triton lacks the two below.
 @triton.jit
 def _maximum(a, b):
     return tl.maximum(a, b)

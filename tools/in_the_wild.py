@@ -262,34 +262,15 @@ def load_checker():
 
 
 def run_checker(check_backward, fn, args, kwargs, reference, name):
-    """The checker's verdict on fn called with args and kwargs. With the older checker, which takes
-    tensors only and one output, the floating-point tensors go through a wrapper (and it says so)."""
-    import torch
+    """The checker's verdict on the real Function called with its real args and kwargs."""
     started = time.perf_counter()
-    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(check_backward).parameters.values())
     try:
-        if takes_kwargs:
-            report = check_backward(fn, *args, reference=reference, name=name, **kwargs)
-            how = "the real Function and arguments"
-        else:
-            values = positional(fn, args, kwargs)
-            where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.is_floating_point()]
-
-            def fill(tensors):
-                full = list(values)
-                for i, t in zip(where, tensors):
-                    full[i] = t
-                return full
-
-            def first(out):
-                return out[0] if isinstance(out, tuple) else out
-            report = check_backward(lambda *t: first(fn.apply(*fill(t))), *[values[i] for i in where],
-                                    reference=lambda *t: first(reference(*fill(t))), name=name)
-            how = "the older checker, through a wrapper of the floating-point tensors"
+        report = check_backward(fn, *args, reference=reference, name=name, **kwargs)
     except Exception as error:  # the checker itself failed: say so, never a verdict
         return dict(traps=["checker error"], text=f"checker error: {type(error).__name__}: {error}", how="",
                     seconds=time.perf_counter() - started)
-    return dict(traps=list(report.traps), text=str(report), how=how, seconds=time.perf_counter() - started)
+    return dict(traps=list(report.traps), text=str(report), how="the real Function and arguments",
+                seconds=time.perf_counter() - started)
 
 
 def run_gradcheck(fn, small, clone, fp32_inside):

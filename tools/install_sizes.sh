@@ -152,8 +152,19 @@ main() {
     printf 'requirements.txt and requirements-dev.txt as committed at %s\n' "$(git rev-parse --short HEAD)"
   fi
   printf 'host: %s, %s CPU core(s), %s\n' "$(uname -m)" "$(nproc)" "$("$PYTHON" --version)"
-  if [ "$skip_cuda" -eq 0 ]; then cuda_route || status=1; fi
-  cpu_route || status=1
+  # set -e does not hold inside a function called under || or if, so each route runs in a subshell
+  # of its own with set -e: any failed step stops its route, and the other route still runs.
+  local code
+  set +e
+  if [ "$skip_cuda" -eq 0 ]; then
+    (set -e; cuda_route)
+    code=$?
+    [ "$code" -eq 0 ] || { err "the PyPI route stopped (exit $code)"; status=1; }
+  fi
+  (set -e; cpu_route)
+  code=$?
+  [ "$code" -eq 0 ] || { err "the no-GPU route stopped (exit $code)"; status=1; }
+  set -e
   return "$status"
 }
 

@@ -151,12 +151,7 @@ def render(results_file, table_file):
         out.append(f"| {python} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['checker'])} | "
                    f"{tests} | {row['install_s']}, {row['checker_s']}, {row['tests_s']} |")
     out.append("")
-    for commit in sorted({row.get("commit", "?") for row in rows if "install" not in row}):
-        labels = [row["python"] + (f" ({row['device']})" if row.get("device") else "") for row in rows
-                  if row.get("commit") == commit and "install" not in row]
-        sources = sorted({row["source"] for row in rows if row.get("commit") == commit and row.get("source")})
-        out.append(f"- commit {commit}: {len(labels)} row(s)" + (f"; log: {', '.join(sources)}" if sources else "")
-                   + ".")
+    out.append("The tree and log behind each row: [provenance.md](provenance.md).")
     table_file.write_text("\n".join(out) + "\n")
     print("\n".join(out))
 
