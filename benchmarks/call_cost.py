@@ -31,7 +31,6 @@ and call_cost_LABEL.md, and names only the files it wrote. Without a GPU (and wi
 """
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for backward_check, 
 # Importing the checker picks the backend (the GPU, or TRITON_INTERPRET=1) before the reader's file
 # can import triton: Triton reads that switch once, when it is first imported.
 from backward_check import BACKEND, DEVICE, TRAPS, Finding, Report, UsageError, check_backward  # noqa: E402
-from backward_check.calling import _forward_parameters  # noqa: E402
+from backward_check.calling import _forward_parameters, clip  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -110,7 +110,7 @@ def load(path):
     try:
         spec.loader.exec_module(module)
     except Exception as error:  # noqa: BLE001  (the reader's file, not the checker, failed)
-        raise UsageError(f"could not import {path}: {type(error).__name__}: {' '.join(str(error).split())[:200]}")
+        raise UsageError(f"could not import {path}: {type(error).__name__}: {clip(error, 200)}")
     return module
 
 
@@ -148,7 +148,7 @@ def main(argv=None):
             continue
         except Exception as error:  # noqa: BLE001  (the checker's own failure: one line, never a traceback)
             print(f"backward_checker.py: error: {name}: the checker itself failed ({type(error).__name__}: "
-                  f"{' '.join(str(error).split())[:200]}); please report it with the file", file=sys.stderr)
+                  f"{clip(error, 200)}); please report it with the file", file=sys.stderr)
             misused += 1
             continue
         print(report, flush=True)

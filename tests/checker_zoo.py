@@ -42,6 +42,13 @@ def x35(seed=30, dtype=torch.float32):
     return seeded_randn(3, 5, seed=seed, dtype=dtype)
 
 
+def x35_with_a_zero():
+    """Post-ReLU and padded inputs hold exact zeros: there ReLU has no derivative to difference."""
+    x = x35(32)
+    x[1, 2] = 0.0
+    return x
+
+
 # ---------------------------------------------------------------------------------------------
 # Legal but unusual: each must come back clean
 # ---------------------------------------------------------------------------------------------
@@ -530,4 +537,5 @@ LEGAL_WITHOUT_REFERENCE = {
     "random numbers drawn in forward (a dropout)": (Dropout, (x35(),), {}),
     "integer target, eps, reduction string, two outputs": (CrossEntropyWithZLoss, logits_and_target(),
                                                            {"eps": 1e-6, "reduction": "none"}),
+    "ReLU with an input exactly at its kink, 0": (torch.relu, (x35_with_a_zero(),), {}),
 }

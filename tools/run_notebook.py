@@ -14,7 +14,6 @@ Exit 0 when the notebook ran and its check reports no failure (the practice note
 and scored the exercises, "K of N solved"); 1 otherwise.
 """
 import argparse
-import json
 import re
 import sys
 import time

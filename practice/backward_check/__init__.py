@@ -5,7 +5,7 @@ import time
 
 from .backend import BACKEND, DEVICE  # noqa: E402  (first: picks the backend before triton is imported)
 from . import layouts  # noqa: E402
-from .calling import Op, UsageError  # noqa: E402
+from .calling import Op, UsageError, clip  # noqa: E402
 from .report import TRAPS, Finding, Report  # noqa: E402
 from .traps import Battery, second_order_problem  # noqa: E402
 
@@ -47,7 +47,7 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
         except UsageError:
             raise
         except Exception as error:  # noqa: BLE001  (the op's failure under create_graph is the finding)
-            report.add("crashes", f"under create_graph=True: {type(error).__name__}: {' '.join(str(error).split())[:160]}")
+            report.add("crashes", f"under create_graph=True: {clip(f'{type(error).__name__}: {error}')}")
     truth = "the reference, in float64" if reference is not None else "finite differences"
     report.checked = f"{' and '.join(checked)}; against {truth}"
     report.seconds = time.perf_counter() - start

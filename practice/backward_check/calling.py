@@ -15,6 +15,11 @@ class UsageError(ValueError):
     """The checker was called wrongly (not the op's fault): the command line exits 2 on it."""
 
 
+def clip(text, limit=160):
+    """text on one line, at most limit characters: an error message fit for a report."""
+    return " ".join(str(text).split())[:limit]
+
+
 def is_function(fn):
     return isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
 
@@ -47,10 +52,6 @@ class Slot:
     name: str
     value: object
     given: str = "positional"
-
-    @property
-    def is_tensor(self):
-        return isinstance(self.value, torch.Tensor)
 
     @property
     def differentiable(self):
@@ -95,6 +96,9 @@ class Op:
                                  f"which the checker does not take: wrap the op in a function of real tensors")
             raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for; pass the "
                              f"op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
+        empty = [self.slots[i].name for i in self.inputs if self.slots[i].value.numel() == 0]
+        if empty:
+            raise UsageError(f"{self.name}'s input(s) {empty} hold no elements: pass inputs with at least one")
 
     @staticmethod
     def _slots_from(bound, named, positional_count):
@@ -112,12 +116,6 @@ class Op:
                 slots.append(Slot(len(slots), name, value, given))
         return slots
 
-    def with_values(self, values):
-        """The same op with other values in its slots (grown inputs, float64 copies, ...)."""
-        other = object.__new__(Op)
-        other.__dict__.update(self.__dict__)
-        other.slots = [dataclasses.replace(s, value=v) for s, v in zip(self.slots, values)]
-        return other
 
     @property
     def values(self):
@@ -200,13 +198,13 @@ class Run:
     graded: list           # the outputs that carry a gradient
     raw: object = None     # what the op returned, as it returned it
 
-    def grad(self, grad_outputs, create_graph=False, retain_graph=False):
+    def grad(self, grad_outputs, retain_graph=False):
         """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none)."""
         wanted = [leaf for leaf in self.leaves if leaf is not None]
         if not wanted:
             return [None] * len(self.leaves)
         grads = iter(torch.autograd.grad(self.graded, wanted, grad_outputs, allow_unused=True,
-                                         create_graph=create_graph, retain_graph=retain_graph))
+                                         retain_graph=retain_graph))
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 
 

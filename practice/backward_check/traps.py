@@ -14,13 +14,10 @@ import torch
 
 from . import layouts
 from .backend import TRITON_IMPORTED_FIRST
-from .calling import UsageError, carries_gradient, differentiable, flatten, forward, is_function, seeded_call
+from .calling import (UsageError, carries_gradient, clip, differentiable, flatten, forward, is_function,
+                      seeded_call)
 from .layouts import random_like, uniform_like
 from .truth import NOISY, TOLERANCE, Truth, relative_error
-
-
-def clip(text, limit=160):
-    return " ".join(str(text).split())[:limit]
 
 
 def largest_change(before, after):
@@ -55,7 +52,8 @@ class Battery:
             raise
         except Exception as error:  # the op's own failure, where autograd calls it, is the finding
             message = clip(f"{type(error).__name__}: {error}")
-            if "incorrect number of gradients" in message or "returned an invalid gradient" in message:
+            if ("incorrect number of gradients" in message or "returned an invalid gradient" in message
+                    or "returned a gradient different than None" in message):
                 trap = "returns the wrong gradients"  # autograd's own check of what backward returned
             if "0 active drivers" in message and TRITON_IMPORTED_FIRST:
                 raise UsageError("triton was imported before the backend was chosen, so it found no GPU and no "
@@ -430,17 +428,18 @@ class Battery:
                 g[k], g_contiguous[k] = g_layout, g_layout.contiguous()
                 want = self.attempt(f"with grad_output {label} made contiguous", lambda: self.vjp(g_contiguous))
                 if want is None:
-                    return
+                    return self.report.fail("the layouts autograd hands on")
                 got = self.attempt(f"with a grad_output {label} (strides {g_layout.stride()})",
                                    lambda: self.vjp(g, fresh=False),
                                    trap="assumes a contiguous grad_output")
                 if got is None:
-                    return
+                    return self.report.fail("the layouts autograd hands on")
                 differ = self.same(got, want)
                 if differ:
                     i = min(differ)
                     if "transpose" in label and self.laid_out_like_input(i, k, g_contiguous):
-                        return
+                        return self.report.fail("the layouts autograd hands on")
+                    self.report.fail("the layouts autograd hands on")
                     self.report.add("assumes a contiguous grad_output",
                                     f"{self.name(i)}with a grad_output {label} (strides {tuple(g_layout.stride())}), "
                                     f"the gradient is {differ[i]:.3g} (relative) off the one for the same values "
@@ -518,10 +517,11 @@ class Battery:
 
         got = self.attempt("under fan-in", both)
         if got is None:
-            return
+            return self.report.fail("fan-in")
         wrong = self.errors(got, self.expected([ak + bk for ak, bk in zip(a, b)]))
         if wrong:
             i = min(wrong)
+            self.report.fail("fan-in")
             self.report.add("assumes a single use", f"{self.name(i)}z = op(x) used twice, (z * a).sum() + "
                             f"(z * b).sum(): one backward call with a + b, and the gradient is wrong{self.where()}")
         else:
@@ -536,11 +536,12 @@ class Battery:
         for i in self.op.inputs:
             got = self.attempt(f"with `{self.op.slots[i].name}` frozen", lambda: self.vjp(g, frozen={i}))
             if got is None:
-                return
+                return self.report.fail("each input frozen in turn")
             others = [j for j in self.op.inputs if j != i]
             wrong = self.errors(got, expected, others)
             if wrong:
                 j = min(wrong)
+                self.report.fail("each input frozen in turn")
                 self.report.add("returns the wrong gradients",
                                 f"with `{self.op.slots[i].name}` frozen (requires_grad=False), "
                                 f"`{self.op.slots[j].name}`'s gradient is "
