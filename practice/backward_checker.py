@@ -142,6 +142,12 @@ def main(argv=None):
             report = check_backward(found[name], *positional, reference=provided(module, found[name], name, "reference"),
                                     second_order=args.second_order, name=name,
                                     no_grad=provided(module, found[name], name, "no_grad") or (), **keywords)
+            invented = provided(module, found[name], name, "example_inputs") is None
+            refused = [f.evidence for f in report.findings if f.trap == "crashes" and f.evidence.startswith(
+                "the forward raised")]
+            if invented and refused:  # the op's refusal of tensors the checker made up is no finding on the op
+                raise UsageError(f"the forward refused the 3x5 tensors the checker made up for its parameters "
+                                 f"({clip(refused[0], 160)}): define example_inputs() in the file (see --help)")
         except UsageError as error:
             print(f"backward_checker.py: error: {name}: {error}", file=sys.stderr)
             misused += 1

@@ -203,6 +203,14 @@ def square_drops_the_tail(x, g):
     return grad
 
 
+def square_forward_one_block(x):
+    """The forward's grid is one block: past the first 1024 elements the output is never written."""
+    x = x.contiguous()
+    out = torch.zeros_like(x)
+    hardened_ops.square_forward_kernel[(1,)](x, out, x.numel(), BLOCK=1024)
+    return out
+
+
 class AddOneThroughThePointer(torch.autograd.Function):
     """Writes into its input and returns it, without ctx.mark_dirty (a kernel writing through x's pointer)."""
     @staticmethod
@@ -298,6 +306,8 @@ PLANTED = {
                             "covers only part of a large input"),
     "the ragged tail dropped": (one_input(square, square_drops_the_tail, "SquareNoTail"), (x35(),), {}, square,
                                 "covers only part of a large input"),
+    "a forward grid of one block": (one_input(square_forward_one_block, lambda x, g: 2 * x * g, "SquareForwardOneBlock"),
+                                    (x35(),), {}, square, "covers only part of a large input"),
     "needs_input_grad read the wrong way round": (MulSwapsNeeds, (x35(), x35(31)), {}, mul,
                                                   "returns the wrong gradients"),
     "a gradient of the wrong shape": (GradientOfTheWrongShape, (x35(),), {}, square, "returns the wrong gradients"),
@@ -305,6 +315,9 @@ PLANTED = {
                                     "a wrong formula"),
     "sign error": (one_input(torch.sin, lambda x, g: -g * torch.cos(x), "SinSignError"), (x35(),), {}, torch.sin,
                    "a wrong formula"),
+    # The formula is right; the float16 it is returned in is not (autograd casts it back to float32, rounded).
+    "a float16 gradient for a float32 input": (one_input(square, lambda x, g: (2 * x * g).half(), "SquareInHalf"),
+                                               (x35(),), {}, square, "returns the wrong gradients"),
 }
 
 # Found without a reference too (finite differences stand in, as in torch.autograd.gradcheck).

@@ -118,6 +118,30 @@ def test_a_float_parameter_without_inputs_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "`alpha: float`" in result.stderr and "example_inputs" in result.stderr
 
 
+def test_a_forward_refusing_the_made_up_tensors_is_a_usage_error_not_a_trap(tmp_path):
+    """`dim` has no annotation, so the checker made up a tensor for it, and softmax refused that: the
+    file needs example_inputs, and the op is not to blame."""
+    module = write(tmp_path, '''
+        import torch
+
+        class Softmax(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, dim):
+                y = torch.softmax(x, dim)
+                ctx.save_for_backward(y)
+                ctx.dim = dim
+                return y
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                y, = ctx.saved_tensors
+                return y * (grad_output - (grad_output * y).sum(ctx.dim, keepdim=True)), None
+    ''')
+    result = run(module)
+    assert result.returncode == 2 and "example_inputs" in result.stderr and "TRAP" not in result.stdout, (
+        result.stdout + result.stderr)
+
+
 def test_the_solutions_are_clean_against_finite_differences():
     """The issue's done-line: the repository's own correct Functions, TritonSiLU's float32 kernel among
     them, with no reference given (the file defines none)."""

@@ -39,7 +39,8 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
                 report.note(f"inputs not grown past one block ({why_not}): pass inputs of several thousand "
                             f"elements to check every block and the tail")
         else:
-            Battery(op, grown, reference, report, "grown", known_wrong=given.wrong).run()
+            agreed = reference is not None and given.truth.decides
+            Battery(op, grown, reference, report, "grown", known_wrong=given.wrong, reference_agreed=agreed).run()
             checked.append(f"grown to {layouts.describe_shapes(grown)}")
     if second_order and "crashes" not in report.traps:
         try:

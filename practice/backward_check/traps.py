@@ -37,9 +37,10 @@ def largest_change(before, after):
 class Battery:
     """Every check, at one set of argument values, writing into one report."""
 
-    def __init__(self, op, values, reference, report, label, known_wrong=()):
+    def __init__(self, op, values, reference, report, label, known_wrong=(), reference_agreed=False):
         self.op, self.values, self.reference, self.report, self.label = op, values, reference, report, label
         self.known_wrong = set(known_wrong)   # inputs already found wrong on the given inputs
+        self.reference_agreed = reference_agreed  # the reference matched the op's forward on the given inputs
         self.wrong = set()
         self.seed = 1 if label == "given" else 1001
 
@@ -138,6 +139,11 @@ class Battery:
         if forward_error and self.truth.decides and forward_error > 2 * TOLERANCE.get(self.shapes[0].dtype, 1e-4):
             self.report.note(f"the op's forward is {forward_error:.3g} (relative) off the reference{self.where()}, "
                              f"so its gradients are held to {4 * forward_error:.3g}")
+        if not self.truth.decides and self.label != "given" and self.reference_agreed:
+            self.report.add("covers only part of a large input",
+                            f"the forward matches the reference on the given inputs, but is {forward_error:.3g} "
+                            f"(relative) off it{self.where()}: its grid, or its mask, stops short")
+            return False
         if not self.truth.decides:
             self.report.inconclusive.append(
                 f"the op's forward is {forward_error:.3g} (relative) off the reference{self.where()}: is it the "
@@ -326,6 +332,11 @@ class Battery:
                             f"gradient (autograd takes None as zeros){where}")
             return
         if self.label != "given" and self.partial(i, got, expected):
+            return
+        positional = is_function(self.op.fn) and not isinstance(self.op.slots[i].key, str)
+        narrowed = self.attempt("backward called directly", lambda: self.narrowed(i)) if positional else ""
+        if narrowed:
+            self.report.add("returns the wrong gradients", f"{who}{narrowed}{where}")
             return
         ones = self.expected([uniform_like(o, 1.0) for o in self.shapes])
         if ones.error(got[i], i, self.values[i].shape) <= 1.0:
@@ -562,7 +573,9 @@ class Battery:
                 return
         self.report.ok("what backward returns")
 
-    def returned(self, frozen):
+    def direct_backward(self, frozen=()):
+        """What the Function's backward returns, called as autograd calls it: (its values, one per
+        positional input of forward or more, the run it answered)."""
         run = forward(self.op, frozen=frozen, values=self.values)
         g = self.randoms(self.seed + 55)
         context = run.graded[0].grad_fn
@@ -571,7 +584,22 @@ class Battery:
                 returned = self.op.fn.backward(context, *self._all_grad_outputs(run, g, materialize=True))
             except Exception:  # noqa: BLE001  after ctx.set_materialize_grads(False) autograd passes None instead
                 returned = self.op.fn.backward(context, *self._all_grad_outputs(run, g, materialize=False))
-        returned = returned if isinstance(returned, tuple) else (returned,)
+        return (returned if isinstance(returned, tuple) else (returned,)), run
+
+    def narrowed(self, i):
+        """Where backward returns input i's gradient in a narrower dtype than the input (float16 for
+        float32, an integer one), what autograd's cast back cannot undo; else ''."""
+        returned, run = self.direct_backward()
+        grad, passed = (returned[i] if i < len(returned) else None), run.passed[i]
+        if not isinstance(grad, torch.Tensor) or grad.dtype == passed.dtype:
+            return ""
+        if grad.is_floating_point() and grad.dtype.itemsize >= passed.dtype.itemsize:
+            return ""
+        return (f"`{self.op.slots[i].name}` is {passed.dtype}, but backward returns a {grad.dtype} gradient: "
+                f"autograd casts it back, after the rounding")
+
+    def returned(self, frozen):
+        returned, run = self.direct_backward(frozen)
         positional = [s for s in self.op.slots if not isinstance(s.key, str)]
         if len(returned) > len(positional) and all(r is None for r in returned[len(positional):]):
             returned = returned[:len(positional)]  # trailing Nones: autograd drops them
@@ -592,7 +620,7 @@ class Battery:
             if tuple(grad.shape) != tuple(passed.shape) or grad.device != passed.device:
                 return (f"`{slot.name}` is {tuple(passed.shape)} on {passed.device}, but its gradient is "
                         f"{tuple(grad.shape)} on {grad.device}")
-            if grad.dtype != passed.dtype:
+            if grad.dtype != passed.dtype and grad.is_floating_point() and grad.dtype.itemsize > passed.dtype.itemsize:
                 self.report.note(f"backward returns a {grad.dtype} gradient for `{slot.name}`, which is "
                                  f"{passed.dtype}: autograd casts it back, and the wider work and memory are wasted")
         return ""
