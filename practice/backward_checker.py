@@ -26,15 +26,8 @@ From a terminal, on a file that defines Functions::
 
     python practice/backward_checker.py my_ops.py [--function NAME] [--second-order]
 
-The file may define ``example_inputs`` (a function returning a tuple of positional
-arguments, or a dict of keyword arguments; or a dict of such functions keyed by Function
-name), ``reference`` (a function, or a dict keyed by Function name) and ``no_grad`` (the
-floating-point arguments the op takes no gradient for, by name); a Function may carry its
-own as static methods or class attributes of those names. Without inputs, each tensor parameter gets
-a random 3x5 tensor and parameters with defaults keep them.
-
-Exit status: 0 when every Function is clean, 1 when a trap is found, 2 on a usage error (the
-other Functions are still checked).
+What the file may define (``--help`` says the same) is in FILE_HELP below. Exit status: 0 when no
+Function has a trap, 1 when one does, 2 on a usage error (the other Functions are still checked).
 Runs on a GPU, or on the CPU through Triton's interpreter.
 """
 import argparse
@@ -46,12 +39,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for backward_check, beside this file
 # Importing the checker picks the backend (the GPU, or TRITON_INTERPRET=1) before the reader's file
 # can import triton: Triton reads that switch once, when it is first imported.
-from backward_check import BACKEND, DEVICE, TRAPS, Finding, Report, UsageError, check_backward  # noqa: E402
+from backward_check import (BACKEND, DEVICE, TRAPS, Finding, Report, Sample, UsageError,  # noqa: E402
+                            check_backward)
 from backward_check.calling import _forward_parameters, clip  # noqa: E402
+from backward_check.report import CRASHES  # noqa: E402
+from backward_check.runner import FORWARD  # noqa: E402
 
 import torch  # noqa: E402
 
-__all__ = ["check_backward", "Report", "Finding", "TRAPS", "UsageError", "DEVICE", "BACKEND", "main"]
+__all__ = ["check_backward", "Sample", "Report", "Finding", "TRAPS", "UsageError", "DEVICE", "BACKEND", "main"]
+
+FILE_HELP = """\
+what the file may define, for each Function (a usage error points here):
+  example_inputs  a function returning the forward's arguments: a tuple of positional
+                  arguments, or a dict of keyword arguments (or a dict of such functions
+                  keyed by Function name). Without it, the checker makes up a random 3x5
+                  tensor for each parameter annotated as a tensor (and for a forward that
+                  takes one unannotated parameter), and keeps every default; it cannot
+                  make up numbers, strings or several unannotated parameters.
+  reference       the same op in differentiable torch ops, taking the same arguments (or a
+                  dict keyed by Function name). Without it, finite differences, which are
+                  refused past 4,000 calls of the op (about a thousand input elements).
+  no_grad         the names of floating-point arguments the op takes no gradient for (a
+                  rotary cos/sin table, a running statistic): the checker never changes them.
+A Function may instead carry its own example_inputs, reference and no_grad as static
+methods or class attributes. Exit status: 0 no trap found, 1 a trap found, 2 a usage error.
+"""
 
 
 def functions_in(module):
@@ -72,19 +85,27 @@ def provided(module, function, name, attribute):
 
 
 NOT_TENSORS = (int, float, str, bool, "int", "float", "str", "bool")  # "int": under `from __future__ import annotations`
+TENSORS = (torch.Tensor, "torch.Tensor", "Tensor")
 
 
 def default_inputs(function, name):
-    """A random 3x5 tensor for each parameter without a default; the defaults kept."""
-    args = []
-    for k, p in enumerate(_forward_parameters(function)):
-        if p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            break
-        if p.annotation in NOT_TENSORS:
+    """A random 3x5 tensor for each parameter without a default that is a tensor: annotated as one, or the
+    only unannotated one; the defaults kept. A number, a string or several unannotated parameters (an
+    `eps` beside `x`?) cannot be made up: that is a usage error, not a guess."""
+    needed = [p for p in _forward_parameters(function)
+              if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unannotated = [p.name for p in needed if p.annotation is inspect.Parameter.empty]
+    for p in needed:
+        if p.annotation in NOT_TENSORS or (p.annotation not in TENSORS and p.annotation is not inspect.Parameter.empty):
             spelled = getattr(p.annotation, "__name__", p.annotation)
             raise UsageError(f"{name}.forward needs `{p.name}: {spelled}`, which the checker cannot "
                              f"invent: define example_inputs() in the file (see --help)")
-        args.append(torch.randn(3, 5, generator=torch.Generator().manual_seed(11 + k)).to(DEVICE))
+    if len(unannotated) > 1:
+        raise UsageError(f"{name}.forward takes {', '.join(f'`{n}`' for n in unannotated)} with neither an annotation "
+                         f"nor a default, so the checker cannot tell tensors from numbers: annotate them "
+                         f"(x: torch.Tensor) or define example_inputs() in the file (see --help)")
+    args = [torch.randn(3, 5, generator=torch.Generator(device="cpu").manual_seed(11 + k), device="cpu").to(DEVICE)
+            for k, _ in enumerate(needed)]
     return tuple(args), {}
 
 
@@ -116,7 +137,7 @@ def load(path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Check the backward of each autograd.Function a file defines.",
-                                     epilog="Exit status: 0 clean, 1 a trap found, 2 a usage error.")
+                                     epilog=FILE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("file", type=Path, help="a Python file defining torch.autograd.Function subclasses")
     parser.add_argument("--function", action="append", help="check only this one (repeatable)")
     parser.add_argument("--second-order", action="store_true", help="also check create_graph=True")
@@ -143,8 +164,7 @@ def main(argv=None):
                                     second_order=args.second_order, name=name,
                                     no_grad=provided(module, found[name], name, "no_grad") or (), **keywords)
             invented = provided(module, found[name], name, "example_inputs") is None
-            refused = [f.evidence for f in report.findings if f.trap == "crashes" and f.evidence.startswith(
-                "the forward raised")]
+            refused = [f.evidence for f in report.all_findings if f.trap is CRASHES and f.check == FORWARD]
             if invented and refused:  # the op's refusal of tensors the checker made up is no finding on the op
                 raise UsageError(f"the forward refused the 3x5 tensors the checker made up for its parameters "
                                  f"({clip(refused[0], 160)}): define example_inputs() in the file (see --help)")

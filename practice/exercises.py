@@ -128,7 +128,7 @@ class ScaleColumns(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         x, w = ctx.saved_tensors
-        return grad_output * w, grad_output * x
+        return grad_output * w, (grad_output * x).sum(dim=1)
 
 
 class GELUAsPrinted(torch.autograd.Function):

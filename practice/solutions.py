@@ -114,9 +114,11 @@ class GELURawLaunch(torch.autograd.Function):
 
 
 class ScaleColumns(torch.autograd.Function):
-    """6. It returned grad_output * x for w: a (rows, columns) gradient for a (columns,) weight, which
-    autograd refuses. Each gradient has its input's shape: w was broadcast over the rows, so its
-    gradient sums over them (each weight's uses, as fan-in sums a tensor's)."""
+    """6. It summed grad_output * x over the columns (dim=1): a (rows,) gradient for a (columns,)
+    weight, which autograd refuses. Each gradient has its input's shape: w was broadcast over the
+    rows, so its gradient sums over them, dim=0 (each weight's uses, as fan-in sums a tensor's).
+    (Returning the whole (rows, columns) product would pass: autograd sums a gradient whose shape
+    its input broadcasts to, after the wasted work.)"""
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)

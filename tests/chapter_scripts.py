@@ -64,8 +64,8 @@ def script_name(module):
 
 def seeded_randn(*shape, seed, dtype=torch.float32):
     """Drawn on the CPU generator, as the scripts draw their inputs, then moved to the kernels' device."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator, dtype=dtype).to(DEVICE)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=dtype, device="cpu").to(DEVICE)
 
 
 def copy_of_repository(destination):

@@ -156,7 +156,7 @@ class CrossEntropyPerRow(torch.autograd.Function):
     def backward(ctx, grad_output):
         logp, target = ctx.saved_tensors
         grad = logp.exp()
-        grad[torch.arange(len(target)), target] -= 1.0        # d loss_r / d logits_r = softmax - onehot
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0        # d loss_r / d logits_r = softmax - onehot
         scale = grad_output / len(target) if ctx.reduction == "mean" else grad_output[:, None]
         return grad * scale, None, None, None
 

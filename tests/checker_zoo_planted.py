@@ -105,7 +105,7 @@ class RowLossFirstScale(torch.autograd.Function):
     def backward(ctx, grad_output):
         logp, target = ctx.saved_tensors
         grad = logp.exp()
-        grad[torch.arange(len(target)), target] -= 1.0
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
         return grad * grad_output[0], None, None       # BUG: grad_output[:, None]
 
 
@@ -117,7 +117,7 @@ class CrossEntropyWritesLogits(torch.autograd.Function):
         loss = -logp.gather(1, target[:, None]).squeeze(1)
         written = logits.data  # as a kernel writes through the pointer: autograd's version counter never moves
         written.copy_(logp.exp())
-        written[torch.arange(len(target)), target] -= 1.0
+        written[torch.arange(len(target), device=target.device), target] -= 1.0
         ctx.save_for_backward(logits)
         return loss
 

@@ -8,9 +8,10 @@ from chapter_scripts import DEVICE, REPO, hardened_ops, seeded_randn
 from checker_zoo import CrossEntropyPerRow, LeakyScale, MulHonouringNeeds, gelu, logits_and_target
 
 sys.path.insert(0, str(REPO / "practice"))
-from backward_check import layouts  # noqa: E402
+from backward_check import strategies  # noqa: E402
+from backward_check.calling import Slot  # noqa: E402
 from backward_check.truth import relative_error  # noqa: E402
-from backward_checker import UsageError, check_backward  # noqa: E402
+from backward_checker import Sample, UsageError, check_backward  # noqa: E402
 
 
 def grad_output_seen(make_loss):
@@ -26,31 +27,67 @@ def grad_output_seen(make_loss):
 @pytest.mark.parametrize("label, make_loss", [
     ("after .sum() (all strides 0)", lambda z: 3.0 * z.sum()),
     ("after .sum(dim=0) (stride 0 along dim 0)", lambda z: (z.sum(dim=0) * torch.arange(8.0).to(z.device)).sum()),
+    ("after .sum(dim=-1) (stride 0 along the last dim)", lambda z: (z.sum(dim=-1) * torch.arange(6.0).to(z.device)).sum()),
     ("after torch.cat(dim=-1) (a narrow view)", lambda z: (torch.cat([z, torch.ones(6, 3, device=z.device)], -1)
                                                           * torch.arange(66.0).reshape(6, 11).to(z.device)).sum()),
     ("after a transpose", lambda z: (z.t() * torch.arange(48.0).reshape(8, 6).to(z.device)).sum()),
 ])
 def test_each_layout_is_the_one_autograd_hands_on(label, make_loss):
     g = grad_output_seen(make_loss)
-    drawn = layouts.LAYOUTS[label](torch.zeros(6, 8, device=DEVICE), seed=0)
+    drawn = strategies.LAYOUTS[label](torch.zeros(6, 8, device=DEVICE), name="a layout")
     assert not g.is_contiguous() and g.stride() == drawn.stride(), (g.stride(), drawn.stride())
 
 
-def test_grown_inputs_span_several_blocks_keep_shared_sizes_and_valid_targets():
+def slots(*names_and_values):
+    return [Slot(i, name, value) for i, (name, value) in enumerate(names_and_values)]
+
+
+def grown(values, names, inputs):
+    plans, why = strategies.growth_plans(values, slots(*zip(names, values)), inputs)
+    return (strategies.grow(values, plans[0]) if plans else None), why
+
+
+def test_grown_inputs_span_several_blocks_and_leave_integer_tensors_alone():
+    """The logits grow along the classes; the rows, which the integer target has too, stay, and so do the
+    target's values: the checker never changes what is not its own to vary."""
     logits, target = logits_and_target(rows=4, classes=7)
-    grown, why = layouts.grow([logits, target, 1e-6], [None, None, None])
-    big_logits, big_target = grown[0], grown[1]
+    (big_logits, big_target, eps), why = grown([logits, target, 1e-6], ["logits", "target", "eps"], [0])
     assert big_logits.numel() > 3 * 1024 and big_logits.numel() % 1024 and why == ""
-    assert big_logits.shape[0] == big_target.shape[0] and all(s % 2 for s in big_logits.shape)
-    assert big_target.dtype == target.dtype and int(big_target.max()) < 7 and grown[2] == 1e-6
-    assert not torch.equal(big_logits[0], big_logits[4])  # no two rows equal: a wrong-row read must show
+    assert big_logits.shape[0] == 4 and big_logits.shape[1] % 2 and torch.equal(big_target, target) and eps == 1e-6
+    assert not torch.equal(big_logits[:, 0], big_logits[:, 7])  # no two columns equal: a wrong-column read shows
+    ratio = big_logits[:, :7] / logits
+    assert bool(((ratio > 0.74) & (ratio < 1.26)).all())  # the given values, in their regime
 
 
-def test_an_integer_argument_equal_to_a_size_stops_the_growth():
-    from backward_check.calling import Slot
+def test_a_size_pinned_by_an_integer_or_a_no_grad_argument_never_grows():
     x = seeded_randn(3, 5, seed=2)
-    grown, why = layouts.grow([x, 5], [Slot(0, "x", x), Slot(1, "cols", 5)])
-    assert grown is None and "`cols` = 5" in why
+    (big, cols), why = grown([x, 5], ["x", "cols"], [0])
+    assert big.shape[1] == 5 and big.shape[0] > 3 and cols == 5
+    table = seeded_randn(5, seed=3)  # a rotary-style table, in no_grad: its size 5 stays, and so does it
+    (big, same), _ = grown([x, table], ["x", "table"], [0])
+    assert big.shape[1] == 5 and same is table
+    tokens = seeded_randn(4, 6, seed=3)
+    offsets = torch.tensor([0, 2, 6], device=DEVICE)  # cu_seqlens: the last offset is a length
+    (big, kept), _ = grown([tokens, offsets], ["x", "cu_seqlens"], [0])
+    assert big.shape[1] == 6 and big.shape[0] > 4 and kept is offsets
+    permutation = torch.tensor([2, 0, 1], device=DEVICE)  # its length is x's rows: they stay
+    (big, kept), _ = grown([x, permutation], ["x", "index"], [0])
+    assert big.shape[0] == 3 and kept is permutation
+
+
+def test_nothing_to_grow_says_why():
+    x = seeded_randn(3, 5, seed=2)
+    plans, why = strategies.growth_plans([x, 3, 5], slots(("x", x), ("rows", 3), ("cols", 5)), [0])
+    assert not plans and "`rows` = 3" in why
+
+
+def test_a_square_input_grows_to_a_rectangle_first():
+    """A shape[0] for shape[1] mix-up hides in a square input: the first plan breaks the square; the
+    second keeps equal sizes equal, for an op that needs them so (a matrix product)."""
+    x = seeded_randn(5, 5, seed=4)
+    plans, _ = strategies.growth_plans([x], slots(("x", x)), [0])
+    first, second = (strategies.grow([x], p)[0].shape for p in plans)
+    assert first[0] != first[1] and second[0] == second[1]
 
 
 def test_the_comparison_is_relative_with_no_floor():
@@ -98,9 +135,21 @@ def test_the_call_budget_is_a_count_not_a_time():
         check_backward(tanh, seeded_randn(41, 25, seed=7), grow=False)
 
 
-def test_a_reference_that_is_not_the_op_is_inconclusive_not_a_trap():
+def test_a_forward_that_disagrees_with_the_reference_is_a_wrong_forward():
     report = check_backward(hardened_ops.TritonGELU, seeded_randn(3, 5, seed=6), reference=torch.sin)
-    assert report.clean and report.inconclusive and "right reference" in report.inconclusive[0], str(report)
+    assert report.traps == ["a wrong forward"], str(report)
+    assert any(u.because == "the forward" for u in report.undecided), str(report)  # its gradient not judged
+
+
+def test_a_sample_keeps_the_ops_arguments_apart_from_the_checkers_options():
+    """An op whose keyword is called `reference`: inside a Sample it is the op's, never the checker's."""
+    def scaled(x, reference=2.0):
+        return torch.tanh(x) * reference
+    report = check_backward(scaled, Sample(seeded_randn(3, 5, seed=6), reference=3.0),
+                            reference=lambda x, reference=2.0: torch.tanh(x) * reference, grow=False)
+    assert report.clean, str(report)
+    with pytest.raises(UsageError, match="either in one Sample"):
+        check_backward(scaled, Sample(seeded_randn(3, 5, seed=6)), seeded_randn(3, 5, seed=6))
 
 
 def test_integer_and_python_arguments_pass_through_unchanged():
@@ -121,7 +170,7 @@ def test_the_report_is_short_and_names_the_section():
         "backward": staticmethod(lambda ctx, g: g.reshape(-1)[0] * torch.ops.aten.gelu_backward(
             torch.ones_like(ctx.saved_tensors[0]), ctx.saved_tensors[0]))})
     text = str(check_backward(first, seeded_randn(3, 5, seed=7), reference=gelu))
-    assert len(text.splitlines()) <= 4 and "[17.1 and 17.3" in text and "grad_output[0]" in text, text
+    assert len(text.splitlines()) <= 5 and "[17.1 and 17.3" in text and "grad_output[0]" in text, text
 
 
 def test_finite_differences_agree_with_autograd_on_a_smooth_op():

@@ -191,3 +191,24 @@ def test_predict_ends_cleanly_when_input_runs_out(args, answers):
     assert last.startswith("Input ended: stopped before the evidence of question"), last
     given = answers.count("\n")
     assert f"{given} of {given} predictions matched so far" in last
+
+
+def test_exercise_8_asks_for_needs_input_grad_and_grades_it():
+    """A TritonMul.backward that always returns both gradients is legal (autograd drops the unneeded one),
+    but not what exercise 8 asks: it is not solved, and its hint says what is missing."""
+    class BothAlways(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            return x * y
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, y = ctx.saved_tensors
+            return grad_output * y, grad_output * x
+
+    exercise = next(e for e in EXERCISES if e.name == "TritonMul")
+    report = exercise_kit.grade(exercise, type("Learner", (), {"TritonMul": BothAlways}))
+    assert report.clean and not exercise_kit.is_solved(exercise, report), str(report)
+    assert "ctx.needs_input_grad" in exercise_kit.hint(exercise, report)
+    assert exercise_kit.is_solved(exercise, exercise_kit.grade(exercise, solutions))

@@ -15,13 +15,41 @@ class UsageError(ValueError):
     """The checker was called wrongly (not the op's fault): the command line exits 2 on it."""
 
 
+class Sample:
+    """The op's own arguments, kept apart from the checker's options (as OpInfo's SampleInput is):
+    check_backward(op, Sample(x, target, reduction="none", reference=r), reference=my_reference)
+    passes the op an argument named `reference` that the checker never reads."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+    def __repr__(self):
+        return f"Sample({len(self.args)} positional, keywords {sorted(self.kwargs)})"
+
+
 def clip(text, limit=160):
-    """text on one line, at most limit characters: an error message fit for a report."""
-    return " ".join(str(text).split())[:limit]
+    """text on one line, at most about limit characters: an error message fit for a report. A cut
+    ends at a word, with an ellipsis, never inside a bracket it leaves open."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    for opening, closing in ("()", "[]", "{}"):
+        while cut.count(opening) > cut.count(closing) and opening in cut:
+            cut = cut[:cut.rindex(opening)].rstrip()
+    return cut.rstrip(",;:") + " ..."
 
 
 def is_function(fn):
     return isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
+
+
+def backward_method(fn):
+    """The Function's backward as autograd calls it: its vjp where it defines that instead."""
+    if getattr(fn, "vjp", None) is not getattr(torch.autograd.Function, "vjp", None) and \
+            getattr(fn, "backward", None) is getattr(torch.autograd.Function, "backward", None):
+        return fn.vjp
+    return fn.backward
 
 
 def _forward_parameters(fn):
@@ -198,12 +226,15 @@ class Run:
     graded: list           # the outputs that carry a gradient
     raw: object = None     # what the op returned, as it returned it
 
-    def grad(self, grad_outputs, retain_graph=False):
-        """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none)."""
+    def grad(self, grad_outputs, retain_graph=False, only=None):
+        """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none).
+        only: the graded outputs to take it of (the others unused: autograd hands their backward zeros,
+        or None after ctx.set_materialize_grads(False)); grad_outputs then one for each of those."""
         wanted = [leaf for leaf in self.leaves if leaf is not None]
         if not wanted:
             return [None] * len(self.leaves)
-        grads = iter(torch.autograd.grad(self.graded, wanted, grad_outputs, allow_unused=True,
+        outputs = self.graded if only is None else [self.graded[k] for k in only]
+        grads = iter(torch.autograd.grad(outputs, wanted, grad_outputs, allow_unused=True,
                                          retain_graph=retain_graph))
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 

@@ -17,11 +17,12 @@ import time
 import torch
 
 from .calling import UsageError, carries_gradient, clip, flatten, seeded_call
-from .layouts import BLOCK, generator
+from .strategies import BLOCK, generator
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.6e-2}
 NOISY = 5e-2          # a tolerance above this decides nothing: the check says inconclusive
+FORWARD_WRONG = 5e-2  # a forward farther than this from the reference is wrong (closer: held to its precision)
 # Finite differences are refused past a number of calls of the op, so that whether a check runs never
 # depends on how fast the machine is; a slow op is refused only past ten minutes, and told about past
 # half a minute.
@@ -31,9 +32,15 @@ FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
 
 
-def relative_error(got, right):
-    """max(|d| / |right|, max|d| / max|right|) for d = got - right, both float64 and flat, over the
-    finite elements; a NaN or an infinity must stand where the right answer has the same."""
+def relative_error(got, right, scale=0.0, elementwise=True):
+    """How far got is from right, relative to right's size, both float64 and flat, over the finite
+    elements (a NaN or an infinity must stand where the right answer has the same): the larger of
+    |d| / |right| (norms) and the worst element's |d_k| / (|right_k| + |right|_max / 10), so that a
+    few elements far off are not hidden by many right ones. scale: a size below which right's own
+    size counts as that scale (a gradient that is exactly 0 here, but not everywhere); no floor
+    otherwise, so a bug in small gradients is not hidden by an absolute tolerance. elementwise=False
+    takes the worst element relative to the largest instead: finite differences' own error is about
+    the same for every element, so it would swamp the small ones."""
     special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
     finite = got.isfinite() & right.isfinite()
     if not bool((finite | special).all()):
@@ -42,19 +49,28 @@ def relative_error(got, right):
     if right.numel() == 0:  # nothing left to compare (every element at a kink, say)
         return 0.0
     d = got - right
-    size, largest = right.norm().item(), right.abs().max().item() if right.numel() else 0.0
+    size, largest = max(right.norm().item(), scale), max(right.abs().max().item(), scale)
     if size == 0.0:
         return 0.0 if d.abs().max().item() == 0.0 else float("inf")
-    return max(d.norm().item() / size, d.abs().max().item() / largest)
+    floor = largest / 10 if elementwise else largest
+    worst = (d.abs() / (right.abs() * elementwise + floor)).max().item()
+    return max(d.norm().item() / size, worst)
+
+
+def flat(t):
+    """A tensor as float64 and flat, for comparing (None stays None)."""
+    return None if t is None else t.detach().double().reshape(-1)
 
 
 @dataclasses.dataclass
 class Expected:
     """The right gradient for each argument (None where it takes none), float64. Where only a
-    sample of a gradient is known, indices says which flat elements; tolerance per argument."""
+    sample of a gradient is known, indices says which flat elements; tolerance per argument;
+    elementwise: judge each element (the reference's exact gradient) or the whole (finite differences)."""
     grads: list
     indices: list
     tolerance: list
+    elementwise: bool = True
 
     def error(self, got, i, shape):
         """got's error for argument i in units of its tolerance (above 1 is wrong); inf where got
@@ -63,18 +79,15 @@ class Expected:
             return 0.0 if not self.grads[i].any() else float("inf")
         if tuple(got.shape) != tuple(shape):
             return float("inf")
-        g = got.detach().double().reshape(-1)
-        if self.indices[i] is not None:
-            g = g[self.indices[i]]
-        return relative_error(g, self.grads[i]) / self.tolerance[i]
+        return self.raw_error(got, i) / self.tolerance[i]
 
     def raw_error(self, got, i):
         if got is None:
             return 1.0 if self.grads[i].any() else 0.0
-        g = got.detach().double().reshape(-1)
+        g = flat(got)
         if self.indices[i] is not None:
             g = g[self.indices[i]]
-        return relative_error(g, self.grads[i])
+        return relative_error(g, self.grads[i], elementwise=self.elementwise)
 
 
 def graded_outputs(output):
@@ -117,8 +130,7 @@ class Reference:
                 result.append(None)
                 continue
             g = next(grads)
-            result.append(torch.zeros_like(leaf, dtype=torch.float64).reshape(-1) if g is None
-                          else g.detach().double().reshape(-1))
+            result.append(torch.zeros_like(leaf, dtype=torch.float64).reshape(-1) if g is None else flat(g))
         return Expected(result, [None] * len(result), tolerance)
 
 
@@ -143,7 +155,8 @@ class FiniteDifferences:
         self.columns = {}
         for i in op.inputs:
             n = values[i].numel()
-            self.columns[i] = self._sample(n, seed=200 + i) if sample else torch.arange(n)
+            self.columns[i] = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
+                else torch.arange(n, device="cpu")
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         seconds = calls * per_call
         if calls > FD_MAX_CALLS or seconds > FD_MAX_S:
@@ -162,18 +175,21 @@ class FiniteDifferences:
             fine, coarse, smooth = self._jacobians(i, step, self.columns[i], base)
             self.kinks[i] = int((~smooth).sum())
             self.columns[i] = self.columns[i][smooth]
-            self.jacobians[i] = (fine[smooth], coarse[smooth])
+            on_device = smooth.to(fine.device)
+            self.jacobians[i] = (fine[on_device], coarse[on_device])
 
     @staticmethod
-    def _sample(n, seed):
+    def _sample(n, name):
         edges = {0, n - 1, n - n % BLOCK if n % BLOCK else n - BLOCK}
         for b in range(1, n // BLOCK + 1):
             edges |= {b * BLOCK - 1, min(n - 1, b * BLOCK)}
-        rest = torch.randperm(n, generator=generator(seed))[:SAMPLED_COLUMNS].tolist()
+        rest = torch.randperm(n, generator=generator(name), device="cpu")[:SAMPLED_COLUMNS].tolist()
         chosen = sorted(edges | set(rest[:max(0, SAMPLED_COLUMNS - len(edges))]))
-        return torch.tensor([c for c in chosen if 0 <= c < n])
+        return torch.tensor([c for c in chosen if 0 <= c < n], dtype=torch.int64, device="cpu")
 
     def _copies(self, dtype):
+        """Fresh copies of the values, each floating-point one in dtype (its own where None), laid out
+        as given: a transposed input stays transposed, so a perturbation reaches the op as it would."""
         return [v.detach().clone().to(dtype or v.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
                 else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
 
@@ -181,24 +197,37 @@ class FiniteDifferences:
         with torch.no_grad():
             everything = flatten(seeded_call(self.op, values))
             outs = [everything[k] for k in self.graded]
-        return torch.cat([o.double().reshape(-1) for o in outs]) if outs else torch.zeros(0, dtype=torch.float64)
+        if not outs:
+            return torch.zeros(0, dtype=torch.float64, device="cpu")
+        return torch.cat([flat(o) for o in outs])
 
     @staticmethod
-    def _computed_precision(flat):
+    def _computed_precision(values):
         """The narrowest dtype whose numbers every output is exactly: float64 outputs that are all float32
         numbers come from a kernel computing in float32 (and likewise bfloat16 and float16)."""
-        flat = flat[flat.isfinite()]
+        values = values[values.isfinite()]
         for narrow in (torch.bfloat16, torch.float16, torch.float32):
-            if flat.numel() and narrow.itemsize < flat.dtype.itemsize and torch.equal(flat, flat.to(narrow).to(flat.dtype)):
+            if values.numel() and narrow.itemsize < values.dtype.itemsize and \
+                    torch.equal(values, values.to(narrow).to(values.dtype)):
                 return narrow
-        return flat.dtype
+        return values.dtype
+
+    @staticmethod
+    def _nudge(t, k, h):
+        """t with its flat element k (in row-major order of its shape) moved by h, in place, whatever
+        t's strides (reshape(-1) of a transposed tensor would be a copy, and the nudge lost)."""
+        index = []
+        for size in reversed(t.shape):
+            index.append(k % size)
+            k //= size
+        t[tuple(reversed(index))] += h
 
     def _jacobians(self, i, step, columns, center):
         """The Jacobian's rows for these columns of input i by central differences, at the step and at
         twice it; and which columns are smooth. On a smooth function the two central differences agree
         but for rounding, and the gap between the one-sided slopes doubles with the step. Across a kink
         neither holds: at ReLU's 0 the slopes either side are 1 and 0 at any step, their mean 0.5."""
-        x = self.values[i].reshape(-1)
+        x = flat(self.values[i]).cpu()
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
         rows, gaps = {1: [], 2: []}, {1: [], 2: []}
@@ -206,26 +235,28 @@ class FiniteDifferences:
             for factor in (1, 2):
                 h = factor * step * max(1.0, abs(x[k].item()))
                 plus, minus = self._copies(self.dtype), self._copies(self.dtype)
-                plus[i].reshape(-1)[k] += h
-                minus[i].reshape(-1)[k] -= h
+                self._nudge(plus[i], k, h)
+                self._nudge(minus[i], k, -h)
                 up, down = self._outputs(plus), self._outputs(minus)
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)  # right slope minus left slope
         if not columns.numel():
-            empty = torch.zeros(0, center.numel(), dtype=torch.float64)
-            return empty, empty, torch.zeros(0, dtype=torch.bool)
+            empty = torch.zeros(0, center.numel(), dtype=torch.float64, device=center.device)
+            return empty, empty, torch.zeros(0, dtype=torch.bool, device="cpu")
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        steps = torch.tensor([step * max(1.0, abs(x[k].item())) for k in columns.tolist()], dtype=torch.float64)
+        steps = torch.tensor([step * max(1.0, abs(x[k].item())) for k in columns.tolist()],
+                             dtype=torch.float64, device=fine.device)
         # Rounding moves a one-sided slope by about eps * |output| / step; a thousandth of the steepest
         # slope is far more than curvature changes a central difference over one step.
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        return fine, coarse, (central <= allowed) & (doubling <= allowed)
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu()
+        return fine, coarse, smooth
 
     def expected(self, grad_outputs, tolerance):
-        g = torch.cat([t.detach().double().reshape(-1) for t in grad_outputs])
+        g = torch.cat([flat(t) for t in grad_outputs])
         grads, indices, tolerances = [], [], []
         for i in range(len(self.values)):
             if i not in self.jacobians:
@@ -233,46 +264,50 @@ class FiniteDifferences:
                 continue
             fine_j, coarse_j = (j.to(g.device) for j in self.jacobians[i])
             fine = fine_j @ g
-            noise = relative_error(coarse_j @ g, fine)
+            noise = relative_error(coarse_j @ g, fine, elementwise=False)
             if not len(fine) and self.values[i].numel():  # every element at a kink: nothing to judge by
                 noise = float("inf")
             grads.append(fine)
             full = len(self.columns[i]) == self.values[i].numel()
             indices.append(None if full else self.columns[i].to(g.device))
             tolerances.append(max(tolerance[i], TOLERANCE.get(self.computed, 1e-4) * 10, 8 * noise))
-        return Expected(grads, indices, tolerances)
+        return Expected(grads, indices, tolerances, elementwise=False)
+
+
+def dtype_tolerance(v):
+    return TOLERANCE.get(v.dtype, 1e-4) if isinstance(v, torch.Tensor) and v.is_floating_point() else 0.0
 
 
 class Truth:
-    """The right gradients for any grad_outputs, at one set of argument values."""
+    """The right gradients for any grad_outputs, at one set of argument values: the reference's, by
+    autograd in float64, or finite differences of the op itself."""
 
     def __init__(self, op, values, reference, graded, sample=False):
         self.op, self.values = op, values
-        self.base = [TOLERANCE.get(v.dtype, 1e-4) if isinstance(v, torch.Tensor) and v.is_floating_point() else 0.0
-                     for v in values]
+        self.base = [dtype_tolerance(v) for v in values]
         self.source = Reference(op, values, reference) if reference is not None else \
             FiniteDifferences(op, values, graded, sample=sample)
-        self.forward_error = 0.0
 
-    def calibrate(self, op_outputs):
-        """Widens the tolerance to the op's own forward error against the reference (a kernel that
-        computes in TF32, say): a backward is held to the precision its forward achieves. Returns
-        that forward error (None without a reference)."""
-        if not isinstance(self.source, Reference):
+    @property
+    def by_reference(self):
+        return isinstance(self.source, Reference)
+
+    def forward_error(self, op_outputs):
+        """The op's forward against the reference's (relative); None without a reference."""
+        if not self.by_reference:
             return None
-        ours = [o.detach().double().reshape(-1) for o in op_outputs]
+        ours = [flat(o) for o in op_outputs]
         theirs = [o.reshape(-1) for o in self.source.forward]
         if len(ours) != len(theirs) or any(a.shape != b.shape for a, b in zip(ours, theirs)):
             raise UsageError(f"the reference returns {len(theirs)} output(s) of shapes "
                              f"{[tuple(t.shape) for t in self.source.forward]}, the op {len(ours)} of shapes "
                              f"{[tuple(o.shape) for o in op_outputs]}: they must match")
-        self.forward_error = max((relative_error(a, b) for a, b in zip(ours, theirs)), default=0.0)
-        self.base = [max(t, 4 * self.forward_error) if t else t for t in self.base]
-        return self.forward_error
+        return max((relative_error(a, b.to(a.device)) for a, b in zip(ours, theirs)), default=0.0)
 
-    @property
-    def decides(self):
-        return self.forward_error <= NOISY
+    def calibrate(self, forward_error):
+        """Widens the tolerance to the op's own forward error against the reference (a kernel that
+        computes in TF32, say): a backward is held to the precision its forward achieves."""
+        self.base = [max(t, 4 * forward_error) if t else t for t in self.base]
 
     def expected(self, grad_outputs):
-        return self.source.expected(grad_outputs, list(self.base))
+        return self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))

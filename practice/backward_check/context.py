@@ -1,0 +1,245 @@
+"""What every check reads: the op, one set of argument values, the right gradient, and the op's
+calls made safely. A check asks the context for calls and numbers, and returns outcomes; it never
+writes into the context or the report.
+
+Every call of the op goes through run() or vjp(), on fresh copies of the values, so no check can
+spoil another's inputs. Where the op raises, they raise OpRaised, which says what was being done,
+and which trap a raise there means (the runner turns it into a finding, or into a note where the
+values were the checker's own idea, which an op may refuse loudly).
+"""
+import functools
+
+import torch
+
+from .calling import carries_gradient, clip, forward
+from .report import CRASHES, RETURNS_WRONG
+from .strategies import describe_shapes, randn
+from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, relative_error
+
+# autograd's own words when it refuses what a backward returned
+RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gradient",
+                        "returned a gradient different than None")
+
+
+DIFFERENCED = "differenced for the right gradient"
+
+
+class OpRaised(Exception):
+    """The op raised where the checker called it. made_up: on values the checker made up (grown,
+    transposed, other values), which an op may refuse loudly."""
+
+    def __init__(self, what, error, trap=CRASHES, made_up=False):
+        super().__init__(what)
+        self.what, self.error, self.made_up = what, error, made_up
+        message = str(error)
+        self.trap = RETURNS_WRONG if any(w in message for w in RETURNED_WRONG_WORDS) else trap
+
+    @property
+    def message(self):
+        return clip(f"{type(self.error).__name__}: {self.error}")
+
+
+def computed_precision(tensors):
+    """The narrowest floating-point dtype whose numbers every output is exactly (float32 outputs of a
+    kernel that computes in bfloat16 are all bfloat16 numbers)."""
+    values = torch.cat([flat(t) for t in tensors]) if tensors else torch.zeros(0, dtype=torch.float64)
+    values = values[values.isfinite()]
+    widest = max((t.dtype for t in tensors), key=lambda d: d.itemsize, default=torch.float32)
+    for narrow in (torch.bfloat16, torch.float16, torch.float32):
+        if values.numel() and narrow.itemsize < widest.itemsize and torch.equal(values, values.to(narrow).double()):
+            return narrow
+    return widest
+
+
+class Context:
+    """One set of argument values ("given", or "grown" past several blocks) of one op."""
+
+    def __init__(self, op, values, label, reference, given=None, earlier=()):
+        self.op, self.values, self.label, self.reference = op, values, label, reference
+        self.given = given             # the given inputs' context, where these are grown
+        self.earlier = tuple(earlier)  # what the checks found on the given inputs, where these are grown
+        self.base = 0 if label == "given" else 1
+        first = self.run("the forward")
+        self.first = first
+        self.outputs = [o.detach() for o in first.graded]
+        self.computed = computed_precision(self.outputs)
+
+    # -- naming ------------------------------------------------------------------------------
+
+    @property
+    def grown(self):
+        return self.label != "given"
+
+    def where(self):
+        return f" (on inputs grown to {describe_shapes(self.values)})" if self.grown else ""
+
+    def name(self, i):
+        """'input `x`: ' where the op has several inputs, else ''."""
+        return f"input `{self.op.slots[i].name}`: " if len(self.op.inputs) > 1 else ""
+
+    def arg(self, i):
+        return f"`{self.op.slots[i].name}`"
+
+    # -- random draws, each from its own named stream ----------------------------------------
+
+    def draw(self, name, like):
+        return randn(like.shape, like, name, self.base)
+
+    def randoms(self, name):
+        """A random grad_output for each output that carries a gradient, from stream name."""
+        return [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)]
+
+    # -- calls of the op ---------------------------------------------------------------------
+
+    def run(self, what, values=None, frozen=(), trap=CRASHES, made_up=False, dtype=None):
+        """The forward on fresh copies of values (these, by default)."""
+        try:
+            return forward(self.op, frozen=frozen, dtype=dtype, values=self.values if values is None else values)
+        except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
+            raise OpRaised(what, error, trap, made_up) from error
+
+    def grads(self, run, grad_outputs, what, trap=CRASHES, made_up=False, retain_graph=False, only=None):
+        try:
+            return run.grad(grad_outputs, retain_graph=retain_graph, only=only)
+        except Exception as error:  # noqa: BLE001
+            raise OpRaised(what, error, trap, made_up) from error
+
+    def vjp(self, grad_outputs, what, values=None, frozen=(), trap=CRASHES, made_up=False, fresh=True):
+        """The op's gradients under grad_outputs, for every argument (None where it takes none). They are
+        copied first (fresh=True), so a backward that writes into its grad_output spoils nothing else."""
+        if fresh:
+            grad_outputs = [g.clone() for g in grad_outputs]
+        run = self.run(what, values=values, frozen=frozen, trap=trap, made_up=made_up)
+        return self.grads(run, grad_outputs, what, trap=trap, made_up=made_up)
+
+    def grad_of(self, loss, leaves, what, trap=CRASHES):
+        """autograd.grad of a loss the check built around the op, for each of leaves (None where none)."""
+        wanted = [x for x in leaves if x is not None]
+        try:
+            grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
+        except Exception as error:  # noqa: BLE001
+            raise OpRaised(what, error, trap) from error
+        return [next(grads) if x is not None else None for x in leaves]
+
+    # -- the right gradient ------------------------------------------------------------------
+
+    @property
+    def truth(self):
+        """The right gradient at these values, its tolerance widened to the precision the op's forward
+        achieves against the reference (a kernel that computes in TF32 is held to its own precision).
+        Raises UsageError for a broken reference or finite differences past their budget, OpRaised
+        where the op refuses the nudged values finite differences need (each time it is asked)."""
+        if "_truth" not in self.__dict__:
+            try:
+                truth = Truth(self.op, self.values, self.reference, self.graded_positions, sample=self.grown)
+                error = truth.forward_error(self.first.graded)
+                if error is not None and error <= FORWARD_WRONG:
+                    truth.calibrate(error)
+                self._truth = truth
+            except (OpRaised, ValueError) as error:
+                self._truth = error
+            except Exception as error:  # noqa: BLE001  (finite differences call the op on nudged values)
+                self._truth = OpRaised(DIFFERENCED, error, made_up=True)
+        if isinstance(self._truth, Exception):
+            raise self._truth
+        return self._truth
+
+    @functools.cached_property
+    def graded_positions(self):
+        return [k for k, t in enumerate(self.first.outputs) if carries_gradient(t)]
+
+    @property
+    def forward_error(self):
+        """The forward's distance from the reference (relative), None without one."""
+        return self.truth.forward_error(self.first.graded)
+
+    @property
+    def forward_right(self):
+        """False where the forward disagrees with the reference: then its gradients cannot be judged
+        against the reference's."""
+        error = self.forward_error
+        return error is None or error <= FORWARD_WRONG
+
+    def expected(self, grad_outputs):
+        return self.truth.expected(grad_outputs)
+
+    def noisy(self, expected, inputs=None):
+        """The inputs whose right gradient is too noisy to judge by (finite differences)."""
+        return [i for i in (self.op.inputs if inputs is None else inputs) if expected.tolerance[i] > NOISY]
+
+    def errors(self, got, expected, inputs=None):
+        """{input: error in tolerances} for the inputs whose gradient is wrong, less the noisy ones."""
+        inputs = [i for i in (self.op.inputs if inputs is None else inputs) if i not in self.noisy(expected, inputs)]
+        errors = {i: expected.error(got[i], i, self.values[i].shape) for i in inputs}
+        return {i: e for i, e in errors.items() if e > 1.0}
+
+    # -- the op against itself ---------------------------------------------------------------
+
+    @functools.cached_property
+    def repeat(self):
+        """The same call made twice, on fresh copies: (first gradients, second gradients), each cloned
+        as it comes back (a backward may hand back a workspace it reuses)."""
+        g = self.randoms("the same call twice")
+        first = [None if t is None else t.detach().clone() for t in self.vjp(g, "with a random grad_output")]
+        second = [None if t is None else t.detach().clone() for t in self.vjp(g, "called again")]
+        return first, second
+
+    def scale(self, i):
+        """The size of input i's gradient under a random grad_output: the floor for comparing two of the
+        op's own gradients, where one is exactly 0 (a masked region, say)."""
+        first = self.repeat[0][i]
+        return 0.0 if first is None else flat(first).abs().nan_to_num(0.0).max().item()
+
+    def noise(self, i):
+        """How far the same call made twice lands from itself (relative): 0 for a deterministic op."""
+        first, second = self.repeat
+        if first[i] is None or second[i] is None or first[i].shape != second[i].shape:
+            return 0.0
+        return relative_error(flat(second[i]), flat(first[i]), scale=self.scale(i))
+
+    def tolerance(self, i):
+        """How far two of the op's own gradients may differ: the dtype's tolerance (the precision the
+        kernel computes in, where that is narrower), widened to the op's own run-to-run noise."""
+        base = max(TOLERANCE.get(self.values[i].dtype, 1e-4), 4 * TOLERANCE.get(self.computed, 0.0))
+        return max(base, 8 * self.noise(i))
+
+    def output_tolerance(self):
+        """How far two of the op's own forwards may differ, relative: their dtype's tolerance, or that of
+        the precision the kernel computes in, where that is narrower."""
+        return max(max(TOLERANCE.get(o.dtype, 1e-4) for o in self.outputs), 4 * TOLERANCE.get(self.computed, 0.0))
+
+    def same(self, a, b, inputs=None):
+        """{input: relative difference} for the inputs whose gradients differ between two of the op's own
+        answers beyond the op's own tolerance."""
+        differ = {}
+        for i in self.op.inputs if inputs is None else inputs:
+            if (a[i] is None) != (b[i] is None):  # None is zeros to autograd: legal where the other is 0
+                other = a[i] if b[i] is None else b[i]
+                if bool(flat(other).abs().nan_to_num(1.0).max() > 0):
+                    differ[i] = float("inf")
+            elif a[i] is not None:
+                error = relative_error(flat(a[i]), flat(b[i]), scale=self.scale(i)) if a[i].shape == b[i].shape \
+                    else float("inf")
+                if error > self.tolerance(i):
+                    differ[i] = error
+        return differ
+
+
+def largest_change(before, after):
+    """0.0 where after holds what before held (NaN where NaN was, so a -inf mask or a NaN is no change);
+    else the largest change (inf where an infinity or a NaN came or went)."""
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return float("inf")
+    if not before.is_floating_point():
+        return float((after != before).sum().item())
+    unchanged = (after == before) | (after.isnan() & before.isnan())
+    if bool(unchanged.all()):
+        return 0.0
+    changed = (after.double() - before.double())[~unchanged].abs()
+    return changed.nan_to_num(nan=float("inf")).max().item()
+
+
+def frozen_sets(context):
+    """Every input wanting a gradient, then (where there are several) each frozen in turn."""
+    inputs = context.op.inputs
+    return [()] + [(i,) for i in inputs] if len(inputs) > 1 else [(), (inputs[0],)]

@@ -1,0 +1,205 @@
+"""The runner: every check in order, with the traps it may report and its skip rules, as data; the one
+place where a crash is caught; the sets of inputs (the given ones, then the same grown).
+
+Each check is a function check(context, name) -> [outcomes] in the module of its family (writes,
+state, values, strides, uses, returned, second_order). It makes every call through the context, on
+fresh copies, so it runs alone: no check reads another's result. The only link between checks is
+undecided_after below: a check whose comparison another check's finding makes meaningless (two calls
+of an op that disagrees with itself decide nothing) says so, as an Undecided line, instead of judging.
+A finding never stops a check that looks for a different trap.
+
+Adding a check: write the function, add a Check row to CHECKS (its traps, what it needs, the sets of
+inputs it runs on, what leaves it undecided), and a zoo case that it finds (tests/checker_zoo_planted.py)
+and one legal case near it that must stay clean (tests/checker_zoo.py). Adding a trap: see report.py.
+"""
+import dataclasses
+import os
+
+from . import returned, second_order, state, strides, uses, values, writes
+from .backend import TRITON_IMPORTED_FIRST
+from .calling import UsageError, clip, is_function
+from .context import DIFFERENCED, Context, OpRaised
+from .report import (COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
+                     CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
+                     SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD, Finding,
+                     Note, Undecided)
+from .strategies import describe_shapes, grow, growth_plans
+
+GIVEN, GROWN = "given", "grown"
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str                   # as the report's ok line and Undecided lines name it
+    run: object                 # run(context, name) -> [Finding | Note | Undecided | Passed]
+    traps: tuple                # the traps it may report (besides a raise autograd itself words)
+    what: str                   # what it does, in one line (docs/practice.md's list of checks)
+    needs: tuple = ()           # "reference", "function", "two inputs", "two outputs", "second order"
+    sets: tuple = (GIVEN, GROWN)
+    undecided_after: tuple = ()  # checks whose finding leaves this one nothing to decide by
+
+
+SAME_CALL = "the same call twice"
+FORWARD = "the forward"
+RANDOM = "random grad_output"
+
+# Why a check cannot decide after another's finding, by that other check.
+UNDECIDED_BECAUSE = {
+    SAME_CALL: "the op disagrees with itself between identical calls, so comparing two of its calls decides nothing",
+    RANDOM: "the gradient is already wrong for one use, so a second use adds nothing to judge",
+    FORWARD: "the forward disagrees with the reference",
+}
+
+CHECKS = (
+    Check(FORWARD, values.the_forward, (WRONG_FORWARD, COVERS_PART),
+          "the forward's outputs against the reference's", needs=("reference",)),
+    Check(SAME_CALL, state.same_call_twice, (KEEPS_STATE,),
+          "the same call made twice, on fresh copies, must give the same gradient"),
+    Check("writes in the forward", writes.forward_writes, (WRITES,),
+          "the forward, with every input wanting a gradient and each frozen in turn, must not change an argument "
+          "it does not declare (ctx.mark_dirty); a sibling that saved the same tensor shows the damage"),
+    Check(RANDOM, values.random_grad_output,
+          (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART),
+          "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output = 1, "
+          "each output's grad_output alone, 2 and 5 everywhere", undecided_after=(SAME_CALL,)),
+    Check("writes in the backward", writes.backward_writes, (MUTATES_GRAD_OUTPUT, WRITES),
+          "the backward, with every input wanting a gradient and each frozen in turn, must leave grad_output, the "
+          "arguments and the outputs alone"),
+    Check("backward twice over one graph", writes.twice_over_one_graph, (WRITES, KEEPS_STATE),
+          "backward twice with retain_graph=True gives the same gradient, and leaves what it saved alone",
+          sets=(GIVEN,)),
+    Check("state between calls", state.between_calls, (KEEPS_STATE,),
+          "a gradient handed back survives the next call; a call on other values gets its own derivative; two calls "
+          "in one graph each give what they give alone", sets=(GIVEN,), undecided_after=(SAME_CALL,)),
+    Check("the layouts autograd hands on", strides.layouts, (CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT,
+                                                             MUTATES_GRAD_OUTPUT),
+          "each grad_output layout autograd hands on (after a transpose, torch.cat, .sum(dim=0), .sum(dim=-1), .sum()) "
+          "against the same values made contiguous", undecided_after=(SAME_CALL,)),
+    Check("transposed inputs", strides.transposed_inputs, (CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT),
+          "each input laid out transposed, with the same values: the same outputs and gradients",
+          sets=(GIVEN,), undecided_after=(SAME_CALL,)),
+    Check("fan-in", uses.fan_in, (SINGLE_USE,),
+          "(z * a).sum() + (z * b).sum(): one backward call with a + b, and the right gradient for it",
+          sets=(GIVEN,), undecided_after=(SAME_CALL, RANDOM)),
+    Check("each input frozen in turn", uses.frozen_inputs, (RETURNS_WRONG,),
+          "with one input frozen (requires_grad=False), the others' gradients unchanged",
+          needs=("two inputs",), sets=(GIVEN,), undecided_after=(SAME_CALL,)),
+    Check("an output left unused", uses.unused_outputs, (EVERY_OUTPUT_USED,),
+          "each output left out of the loss (a grad_output of zeros, or None after set_materialize_grads(False))",
+          needs=("two outputs",), sets=(GIVEN,), undecided_after=(SAME_CALL,)),
+    Check("what backward returns", returned.returned_gradients, (RETURNS_WRONG,),
+          "backward called directly, as autograd calls it: one value per input, each None or shaped like it",
+          needs=("function",), sets=(GIVEN,)),
+    Check("create_graph=True", second_order.second_order, (SECOND_ORDER,),
+          "a gradient penalty through the backward: refused loudly, or right", needs=("second order",), sets=(GIVEN,)),
+)
+CHECK_NAMES = [c.name for c in CHECKS]
+
+
+def applies(check, context, options):
+    needs = {"reference": context.reference is not None, "function": is_function(context.op.fn),
+             "two inputs": len(context.op.inputs) > 1, "two outputs": len(context.outputs) > 1,
+             "second order": options.get("second_order", False)}
+    return context.label in check.sets and all(needs[n] for n in check.needs)
+
+
+def attempt(check, context):
+    """The check's outcomes, and the one place a raise becomes one: the op's raise on the caller's values
+    is a finding (the trap the call site names), on values the checker made up a note, and the
+    checker's own failure an Undecided line asking for a report (BACKWARD_CHECK_DEBUG=1 raises it)."""
+    try:
+        outcomes = list(check.run(context, check.name))
+    except UsageError:
+        raise
+    except OpRaised as raised:
+        if "0 active drivers" in raised.message and TRITON_IMPORTED_FIRST:
+            raise UsageError("triton was imported before the backend was chosen, so it found no GPU and no "
+                             "interpreter: run with TRITON_INTERPRET=1, or import backward_checker before anything "
+                             "imports triton") from None
+        message = raised.message
+        if "0 active drivers" in message:
+            message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
+        if raised.what == DIFFERENCED:
+            return [Undecided(check.name, f"finite differences need the op on nudged values, and it refuses them "
+                                          f"({message}): pass a reference")]
+        if raised.made_up:
+            return [Note(check.name, f"refuses the values the checker made up {raised.what} ({message})", REFUSED)]
+        return [Finding(check.name, raised.trap, f"{raised.what}: {message}{context.where()}",
+                        error=type(raised.error).__name__)]
+    except Exception as error:  # noqa: BLE001  (the checker's own failure: never a traceback, never a verdict)
+        if os.environ.get("BACKWARD_CHECK_DEBUG"):
+            raise
+        return [Undecided(check.name, f"the checker itself failed here ({type(error).__name__}: {clip(error, 120)}); "
+                                      f"please report it (BACKWARD_CHECK_DEBUG=1 shows where)")]
+    strays = [o for o in outcomes if isinstance(o, Finding) and o.trap not in check.traps + (CRASHES, RETURNS_WRONG)]
+    if strays:
+        raise AssertionError(f"check {check.name!r} reported {strays[0].trap.name!r}, which is not in its traps")
+    return outcomes
+
+
+def run_set(context, options):
+    """Every check that applies to this set of inputs, in order, each on its own."""
+    outcomes, found_by = [], set()
+    for check in CHECKS:
+        if not applies(check, context, options):
+            continue
+        blocker = next((c for c in check.undecided_after if c in found_by), None)
+        if blocker:
+            outcomes.append(Undecided(check.name, UNDECIDED_BECAUSE[blocker] + context.where(), because=blocker))
+            continue
+        got = attempt(check, context)
+        if any(isinstance(o, Finding) for o in got):
+            found_by.add(check.name)
+        outcomes += got
+    return outcomes
+
+
+def grown_context(op, given, reference, earlier):
+    """The given values grown past several blocks, by the first growth plan that the op and the reference
+    both take; else (None, a note saying why not)."""
+    plans, why_not = growth_plans(given.values, op.slots, op.inputs)
+    if not plans:
+        if "already span" in why_not:
+            return None, None
+        return None, Note("the grown inputs", f"inputs not grown past one block ({why_not}): pass inputs of several "
+                                              f"thousand elements to check every block and the tail", NOT_GROWN)
+    for plan in plans:
+        values_ = grow(given.values, plan)
+        try:
+            context = Context(op, values_, GROWN, reference, given=given, earlier=earlier)
+            if reference is not None:
+                context.truth  # noqa: B018  (the reference must take the grown inputs too)
+            return context, None
+        except OpRaised as raised:
+            why_not = f"the op refuses the inputs grown to {describe_shapes(values_)} ({clip(raised.message, 100)})"
+        except UsageError as error:
+            why_not = f"the inputs grown to {describe_shapes(values_)}: {clip(error, 100)}"
+    return None, Note("the grown inputs", f"inputs not grown past one block: {why_not}: pass inputs of several "
+                                          f"thousand elements yourself to check every block and the tail", NOT_GROWN)
+
+
+def run(op, reference, second_order=False, grow_inputs=True):
+    """(every outcome, what was checked): the given inputs, then the same grown."""
+    options = {"second_order": second_order}
+    try:
+        given = Context(op, op.values, GIVEN, reference)
+    except OpRaised as raised:
+        return [Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)], \
+            describe_shapes(op.values)
+    if not given.outputs:
+        raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
+    try:
+        given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
+    except OpRaised:
+        pass  # the op refuses nudged values: the checks that need the right gradient say so
+    outcomes = run_set(given, options)
+    checked = [describe_shapes(op.values)]
+    if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
+        context, note = grown_context(op, given, reference, outcomes)
+        if note:
+            outcomes.append(note)
+        if context is not None:
+            outcomes += run_set(context, options)
+            checked.append(f"grown to {describe_shapes(context.values)}")
+    truth = "the reference, in float64" if reference is not None else "finite differences"
+    return outcomes, f"{' and '.join(checked)}; against {truth}"

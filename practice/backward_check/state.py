@@ -1,0 +1,91 @@
+"""State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
+from .report import KEEPS_STATE, Finding, Passed, Undecided
+from .strategies import jittered
+from .truth import TOLERANCE, Truth, flat, relative_error
+
+# Two calls of a stateless op give the same gradient, but for the order of a nondeterministic sum
+# (atomic adds): at most a few thousandths, relative, in float32. A state bug is off by far more.
+STATE_FLOOR = 1e-2
+
+
+def same_call_twice(context, check):
+    """The same call made twice, on fresh copies: the same gradient, unless the backward depends on an
+    earlier call. Every check that compares two of the op's own calls needs this to hold."""
+    first, second = context.repeat
+    for i in context.op.inputs:
+        if (first[i] is None) != (second[i] is None):
+            return [Finding(check, KEEPS_STATE, f"{context.name(i)}the same call made twice gave a gradient once and "
+                                                f"None once{context.where()}", input=context.arg(i))]
+        apart = context.noise(i)
+        if apart > max(STATE_FLOOR, TOLERANCE.get(context.values[i].dtype, 1e-4)):
+            return [Finding(check, KEEPS_STATE, f"{context.name(i)}the same call made twice gave two gradients "
+                                                f"({apart:.3g} apart, relative){context.where()}: the backward "
+                                                f"depends on an earlier call", input=context.arg(i))]
+    return [Passed(check)]
+
+
+def other_values(context):
+    """The differentiable inputs jittered (the checker's own to vary); every other argument as given."""
+    return [jittered(v, f"other values {i}", context.base) if i in context.op.inputs else v
+            for i, v in enumerate(context.values)]
+
+
+def between_calls(context, check):
+    """Calls on other values: a gradient handed back must not change at the next call (a reused
+    workspace); a call on other values of the same shape must not get the first call's derivative (a
+    cache keyed by shape); two calls in one graph, both forwards before either backward, must each
+    give what they give alone."""
+    outcomes = []
+    g, b = context.randoms("between calls, first"), context.randoms("between calls, second")
+    other = other_values(context)
+    handed = context.vjp(g, "with a random grad_output")
+    kept = [None if t is None else t.detach().clone() for t in handed]
+    alone = context.vjp(b, "on other values", values=other, made_up=True)
+    for i in context.op.inputs:
+        if handed[i] is not None and relative_error(flat(handed[i]), flat(kept[i])) > 0:
+            outcomes.append(Finding(check, KEEPS_STATE, f"{context.name(i)}the gradient one call handed back changed "
+                                    f"when the op was called again: the backward returns a workspace it reuses"
+                                    f"{context.where()}", input=context.arg(i)))
+            break
+    outcomes += stale(context, check, other, b, alone)
+    one = context.run("used twice in one graph", made_up=False)
+    two = context.run("used twice in one graph, on other values", values=other, made_up=True)
+    loss = sum((o * gk).sum() for o, gk in zip(one.graded, g)) + sum((o * bk).sum() for o, bk in zip(two.graded, b))
+    got = context.grad_of(loss, one.leaves + two.leaves, "the backward, used twice in one graph")
+    together = got[:len(one.leaves)], got[len(one.leaves):]
+    for got_, want, which in ((together[0], kept, "x1"), (together[1], alone, "x2")):
+        differ = context.same(got_, want)
+        if differ:
+            i = min(differ)
+            outcomes.append(Finding(check, KEEPS_STATE, f"{context.name(i)}op(x1) and op(x2) in one graph, "
+                                    f"(op(x1) * a).sum() + (op(x2) * b).sum(): {which}'s gradient differs from the "
+                                    f"same call made alone ({differ[i]:.3g}, relative){context.where()}: one call's "
+                                    f"backward used what the other call left behind", input=context.arg(i)))
+            break
+    return outcomes or [Passed(check)]
+
+
+def stale(context, check, other, b, alone):
+    """A call on other values of the same shape that gets the derivative of an earlier call: its gradient
+    is wrong, and lies far nearer the gradient the given values have under the same grad_output. Judged
+    only with a reference (finite differences at the other values would cost a Jacobian more)."""
+    if not context.truth.by_reference or not context.forward_right:
+        return []
+    try:
+        right = Truth(context.op, other, context.reference, context.graded_positions).expected(b)
+    except Exception as error:  # noqa: BLE001  (the reference refuses the other values: nothing to judge)
+        return [Undecided(check, f"the reference refuses the other values ({type(error).__name__})")]
+    earlier = context.expected(b)
+    for i in context.op.inputs:
+        error = right.error(alone[i], i, context.values[i].shape)
+        if error <= 1.0 or alone[i] is None:
+            continue
+        nearer = earlier.raw_error(alone[i], i)
+        if nearer < right.raw_error(alone[i], i) / 4:
+            return [Finding(check, KEEPS_STATE, f"{context.name(i)}a second call, on other values of the same "
+                                                f"shape, got the gradient of the first call's values "
+                                                f"({right.raw_error(alone[i], i):.3g} off its own, "
+                                                f"{nearer:.3g} off the first's, relative){context.where()}: the "
+                                                f"backward uses what an earlier call left behind",
+                            input=context.arg(i))]
+    return []

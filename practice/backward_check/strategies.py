@@ -1,0 +1,192 @@
+"""What the checker varies, each a named strategy, reproducible from its stream's name.
+
+grad_outputs: random (what a weight, a mask or a loss per row hands back), uniform (what 2 * z + 1
+and fan-in hand back), and the layouts autograd really hands a backward: after .sum() every stride
+is 0; after .sum(dim=0) a row repeated with stride 0 along dim 0; after .sum(dim=-1) a column
+repeated (strides (1, 0)); after torch.cat along the last dimension a narrow view of a wider
+gradient; after a transpose, a transposed one. tests/test_checker_strategies.py checks that autograd
+hands exactly these strides.
+
+Inputs: the ones given, and the same grown to span several 1024-element blocks with a ragged tail.
+The checker varies only what is its own to vary: the floating-point inputs it takes gradients for.
+It never changes an integer tensor or an argument named in no_grad, so a dimension such an argument
+has (or an integer that equals a size) is never grown. A grown input holds the given values, tiled,
+each scaled by a factor in (0.75, 1.25): the user's regime, with no two rows equal.
+
+Every random draw comes from a stream named for its use (draw(name, ...)), made on the CPU from its
+own generator, never torch's global one, and then moved to the device of the tensor it is like.
+"""
+import math
+import zlib
+
+import torch
+
+BLOCK = 1024          # the chapter's kernels' block: a grown input spans several, with a ragged tail
+GROWN_NUMEL = 3 * BLOCK + 1
+
+
+def generator(name, base=0):
+    """The CPU generator of the stream called name (base: one per set of inputs)."""
+    return torch.Generator(device="cpu").manual_seed(base * 1_000_003 + zlib.crc32(name.encode()))
+
+
+def randn(shape, like, name, base=0):
+    """Standard normal values of shape, drawn from stream name, with like's dtype and device."""
+    drawn = torch.randn(tuple(shape), generator=generator(name, base), dtype=torch.float64, device="cpu")
+    return drawn.to(device=like.device, dtype=like.dtype)
+
+
+def uniform_like(t, value):
+    return torch.full(t.shape, value, dtype=t.dtype, device=t.device)
+
+
+# -- the layouts autograd hands on ---------------------------------------------------------
+
+def after_sum(t, name, base=0):
+    """loss = c * z.sum(): SumBackward0 expands a 0-dim gradient, so every stride is 0 (and every value c)."""
+    value = torch.randn((), generator=generator(name, base), dtype=torch.float64, device="cpu").item()
+    return torch.tensor(value, dtype=t.dtype, device=t.device).expand(t.shape)
+
+
+def after_sum_dim0(t, name, base=0):
+    """(w * z.sum(dim=0)).sum(): one random row repeated, stride 0 along dimension 0."""
+    return randn(t.shape[1:], t, name, base).unsqueeze(0).expand(t.shape)
+
+
+def after_sum_last(t, name, base=0):
+    """(w * z.sum(dim=-1)).sum(): one random column repeated, stride 0 along the last dimension."""
+    return randn(t.shape[:-1], t, name, base).unsqueeze(-1).expand(t.shape)
+
+
+def after_cat(t, name, base=0):
+    """(w * torch.cat([z, other], dim=-1)).sum(): CatBackward0 hands z a narrow view of w."""
+    wider = randn((*t.shape[:-1], t.shape[-1] + 3), t, name, base)
+    return wider.narrow(-1, 0, t.shape[-1])
+
+
+def after_transpose(t, name, base=0):
+    """(w * z.transpose(0, -1)).sum(): the gradient comes back transposed."""
+    return randn(tuple(reversed(t.shape)), t, name, base).permute(*reversed(range(t.dim())))
+
+
+# In the order they are tried: the transpose first (it tells "laid out like its input" apart), the
+# stride-0 ones last, since a kernel that assumes contiguity reads past their small storage.
+LAYOUTS = {
+    "after a transpose": after_transpose,
+    "after torch.cat(dim=-1) (a narrow view)": after_cat,
+    "after .sum(dim=0) (stride 0 along dim 0)": after_sum_dim0,
+    "after .sum(dim=-1) (stride 0 along the last dim)": after_sum_last,
+    "after .sum() (all strides 0)": after_sum,
+}
+STRIDE_ZERO = {after_sum, after_sum_dim0, after_sum_last}
+
+
+def layouts_for(t, base=0):
+    """(label, grad_output, writable) for each layout that differs from contiguous for t's shape;
+    writable is False for the stride-0 ones, which torch refuses to write into in place."""
+    if t.dim() == 0 or t.numel() < 2:
+        return []
+    chosen = []
+    for label, make in LAYOUTS.items():
+        if make is not after_sum and t.dim() < 2:
+            continue
+        g = make(t, f"layout {label}", base)
+        if not g.is_contiguous():
+            chosen.append((label, g, make not in STRIDE_ZERO))
+    return chosen
+
+
+def transposed_copy(t):
+    """The same values, laid out transposed in memory (non-contiguous), where t has 2 or more dims."""
+    reverse = list(reversed(range(t.dim())))
+    return t.detach().permute(*reverse).contiguous().permute(*reverse)
+
+
+def jittered(t, name, base=0):
+    """Other values of t's shape and sign, in its regime: each scaled by a factor in (0.75, 1.25)."""
+    factor = torch.rand(t.shape, generator=generator(name, base), dtype=torch.float64, device="cpu") * 0.5 + 0.75
+    return (t.detach().double() * factor.to(t.device)).to(t.dtype).contiguous()
+
+
+# -- growing the inputs ------------------------------------------------------------------
+
+def kept(size):
+    """Sizes that are multiples of 16 are kept: kernels often need them so (head and hidden sizes)."""
+    return size >= 16 and size % 16 == 0
+
+
+def protected_sizes(values, slots, grown_inputs):
+    """The sizes the checker may not change, with why: a dimension of an argument it may not vary
+    (an integer tensor, a no_grad table), an integer argument equal to it (a length passed beside),
+    or the largest value of an integer tensor (offsets such as cu_seqlens end at a length)."""
+    protected = {}
+    for i, (slot, v) in enumerate(zip(slots, values)):
+        if isinstance(v, torch.Tensor) and i not in grown_inputs:
+            for s in v.shape:
+                protected.setdefault(s, f"`{slot.name}` has it, and the checker never changes `{slot.name}`")
+            if not v.is_floating_point() and not v.is_complex() and v.numel() and v.dtype != torch.bool:
+                protected.setdefault(int(v.max()), f"`{slot.name}` holds it as a value (an offset or a length)")
+        numbers = v if isinstance(v, (tuple, list)) else (v,)
+        for n in numbers:
+            if isinstance(n, int) and not isinstance(n, bool):
+                protected.setdefault(n, f"`{slot.name}` = {v} matches it, so it may have to grow with it")
+    return protected
+
+
+def growth_plans(values, slots, grown_inputs):
+    """(plans, why not): each plan maps (argument, dimension) to a new size, the first the boldest.
+    Only the floating-point inputs in grown_inputs grow, and only along sizes no other argument
+    pins (protected_sizes). The first plan also grows two equal dimensions of one input to two
+    different sizes (so a square input stops being square, and a shape[0] for shape[1] shows); the
+    second keeps equal sizes equal, everywhere (a matrix product's inner dimensions)."""
+    tensors = {i: values[i] for i in grown_inputs}
+    largest = max(tensors.values(), key=lambda t: t.numel())
+    if largest.numel() >= GROWN_NUMEL:
+        return [], f"the inputs already span {largest.numel()} elements"
+    protected = protected_sizes(values, slots, grown_inputs)
+    growable = sorted({s for t in tensors.values() for s in t.shape if s > 1 and not kept(s) and s not in protected})
+    pinned = sorted({s for t in tensors.values() for s in t.shape if s > 1 and not kept(s) and s in protected})
+    if not growable:
+        why = "no dimension of the inputs can grow"
+        if pinned:
+            why += f" ({pinned[0]}: {protected[pinned[0]]})"
+        else:
+            why += " (sizes of 1, or multiples of 16)"
+        return [], why
+    # One factor for every size, so that the largest input that can grow reaches GROWN_NUMEL.
+    target = max((t for t in tensors.values() if any(s in growable for s in t.shape)), key=lambda t: t.numel())
+    count = sum(1 for s in target.shape if s in growable)
+    factor = (GROWN_NUMEL / target.numel()) ** (1.0 / count)
+    new = {}
+    for s in growable:
+        size = max(s + 2, math.ceil(s * factor))
+        new[s] = size + (size % 2 == 0)
+    symmetric = {(i, d): new[s] for i, t in tensors.items() for d, s in enumerate(t.shape) if s in new}
+    asymmetric = dict(symmetric)
+    repeated = False
+    for i, t in tensors.items():
+        for d, s in enumerate(t.shape):
+            if s in new and list(t.shape[:d]).count(s):  # the second (third...) dimension of this size
+                asymmetric[(i, d)] = new[s] + 2 * list(t.shape[:d]).count(s)
+                repeated = True
+    plans = [asymmetric, symmetric] if repeated else [symmetric]
+    return plans, ""
+
+
+def grow(values, plan):
+    """values with each input of the plan grown: tiled along its grown dimensions, then jittered."""
+    grown = list(values)
+    for i in sorted({i for i, _ in plan}):
+        t = values[i]
+        out = t.detach()
+        for d in range(t.dim()):
+            size = plan.get((i, d))
+            if size is not None:
+                index = torch.arange(size, device=t.device) % t.shape[d]
+                out = out.index_select(d, index)
+        grown[i] = jittered(out, f"grown input {i}")
+    return grown
+
+
+def describe_shapes(values):
+    return ", ".join(str(tuple(v.shape)) for v in values if isinstance(v, torch.Tensor))

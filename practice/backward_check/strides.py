@@ -1,0 +1,142 @@
+"""Strides: the layouts autograd really hands a backward (17.3), and inputs laid out transposed. Each is
+judged against the op itself on the same values made contiguous, so it needs no reference."""
+import torch
+
+from .context import OpRaised, largest_change
+from .report import (CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT, MUTATES_GRAD_OUTPUT, REFUSED,
+                     Finding, Note, Passed)
+from .strategies import layouts_for, transposed_copy
+from .truth import flat, relative_error
+
+# torch's words for an in-place write into a tensor whose elements share memory (a stride-0 grad_output)
+SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to a single memory location"
+
+
+def layouts(context, check):
+    """Each layout autograd hands on, for each output in turn, against the same values made contiguous.
+    A layout that the backward writes into is a write (mutates grad_output), not a layout trap; wrong
+    layouts that come right when the input is laid out the same way are one cause: the backward reads
+    grad_output with the input's strides."""
+    failures = []  # (trap, label, evidence, input, output, the layout, the grad_outputs made contiguous)
+    for k, out in enumerate(context.outputs):
+        for label, g_layout, writable in layouts_for(out, context.base):
+            g = context.randoms(f"layouts, output {k}")
+            g_contiguous = list(g)
+            g[k], g_contiguous[k] = g_layout, g_layout.contiguous()
+            strides = tuple(g_layout.stride())
+            want = context.vjp(g_contiguous, f"with grad_output {label} made contiguous")
+            before = g_layout.clone()
+            try:
+                got = context.vjp(g, f"with a grad_output {label} (strides {strides})", fresh=False)
+            except OpRaised as raised:
+                if SHARED_MEMORY_WRITE in str(raised.error):
+                    failures.append((MUTATES_GRAD_OUTPUT, label, f"with a grad_output {label} (strides {strides}) "
+                                     f"the backward raises, writing into it in place: {raised.message}", None, k,
+                                     g_layout, g_contiguous))
+                else:
+                    failures.append((CONTIGUOUS_GRAD_OUTPUT, label, f"with a grad_output {label} (strides "
+                                     f"{strides}) the backward raises: {raised.message}", None, k, g_layout,
+                                     g_contiguous))
+                continue
+            if largest_change(before, g_layout):
+                failures.append((MUTATES_GRAD_OUTPUT, label, f"with a grad_output {label} (strides {strides}) the "
+                                 f"backward wrote into it", None, k, g_layout, g_contiguous))
+                continue
+            differ = context.same(got, want)
+            if differ:
+                i = min(differ)
+                failures.append((CONTIGUOUS_GRAD_OUTPUT, label, f"{context.name(i)}with a grad_output {label} "
+                                 f"(strides {strides}), the gradient is {differ[i]:.3g} (relative) off the one for "
+                                 f"the same values made contiguous", i, k, g_layout, g_contiguous))
+    if not failures:
+        return [Passed(check)]
+    wrong = [f for f in failures if f[0] is CONTIGUOUS_GRAD_OUTPUT]
+    for _, label, _, i, k, g_layout, g_contiguous in wrong:
+        if i is not None and g_layout.stride() and min(g_layout.stride()) > 0 and \
+                read_with_input_strides(context, i, k, g_layout, g_contiguous):
+            others = [f[1] for f in wrong if f[1] != label]
+            also = f"; also wrong {', '.join(others)}" if others else ""
+            cause = Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with a grad_output {label} and "
+                            f"{context.arg(i)} contiguous, right when {context.arg(i)} is laid out the same way: the "
+                            f"backward reads grad_output with {context.arg(i)}'s strides{also}{context.where()}",
+                            input=context.arg(i))
+            writes = [finding(check, context, failures, MUTATES_GRAD_OUTPUT)] if any(
+                f[0] is MUTATES_GRAD_OUTPUT for f in failures) else []
+            return [cause] + writes
+    return [finding(check, context, failures, trap) for trap in dict.fromkeys(f[0] for f in failures)]
+
+
+def finding(check, context, failures, trap):
+    """One finding for trap: the first layout's evidence, and the other layouts that show it."""
+    mine = [f for f in failures if f[0] is trap]
+    also = f"; also {', '.join(f[1] for f in mine[1:])}" if len(mine) > 1 else ""
+    return Finding(check, trap, mine[0][2] + also + context.where(), input=context.arg(mine[0][3])
+                   if mine[0][3] is not None else None)
+
+
+def laid_out_as(x, like):
+    """x's values, laid out with like's strides (like's elements each in memory of its own)."""
+    out = torch.empty_strided(tuple(like.shape), like.stride(), dtype=x.dtype, device=x.device)
+    return out.copy_(x)
+
+
+def read_with_input_strides(context, i, k, g_layout, g_contiguous):
+    """Right when the input is laid out as grad_output is: the backward reads grad_output with x's strides."""
+    x = context.values[i]
+    if x.shape != context.outputs[k].shape or x.shape != g_layout.shape:
+        return False
+    values = list(context.values)
+    values[i] = laid_out_as(x, g_layout)
+    g = list(g_contiguous)
+    g[k] = laid_out_as(g_contiguous[k], g_layout)
+    want = context.vjp(g_contiguous, "with contiguous x and grad_output")
+    try:
+        both = context.vjp(g, "with x and grad_output laid out alike", values=values, fresh=False, made_up=True)
+    except OpRaised:
+        return False
+    return not context.same(both, want, [i])
+
+
+def transposed_inputs(context, check):
+    """Each input of two or more dimensions laid out transposed, with the same values: the forward and
+    the gradients must be what they are for the contiguous input. Refusing the layout, loudly, is legal."""
+    outcomes = []
+    g = context.randoms("transposed inputs")
+    for i in context.op.inputs:
+        if context.values[i].dim() < 2:
+            continue
+        values = list(context.values)
+        values[i] = transposed_copy(context.values[i])
+        want = context.run("with contiguous inputs")
+        try:
+            run = context.run(f"with {context.arg(i)} laid out transposed", values=values, made_up=True)
+        except OpRaised as raised:
+            outcomes.append(Note(check, f"refuses {context.arg(i)} laid out transposed ({raised.message})", REFUSED))
+            continue
+        off = max((relative_error(flat(a), flat(b)) for a, b in zip(run.graded, want.graded)), default=0.0)
+        if off > context.output_tolerance():
+            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} laid out transposed (the same "
+                                    f"values), the forward's output is {off:.3g} (relative) off{context.where()}",
+                                    input=context.arg(i)))
+            continue
+        try:
+            got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} laid out transposed")
+        except OpRaised as raised:
+            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} laid out transposed, "
+                                    f"but the backward raises: {raised.message}{context.where()}",
+                                    input=context.arg(i), error=type(raised.error).__name__))
+            continue
+        ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
+        differ = context.same(got, ref)
+        if differ and read_with_input_strides(context, i, 0, values[i], [t.clone() for t in g]):
+            outcomes.append(Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} laid "
+                                    f"out transposed and grad_output contiguous, right when grad_output is laid out "
+                                    f"the same way: the backward reads grad_output with {context.arg(i)}'s strides"
+                                    f"{context.where()}", input=context.arg(i)))
+        elif differ:
+            j = min(differ)
+            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"{context.name(j)}with {context.arg(i)} laid out "
+                                    f"transposed (the same values), the forward is right but the gradient is "
+                                    f"{differ[j]:.3g} (relative) off: the backward reads the saved input as if "
+                                    f"contiguous{context.where()}", input=context.arg(i)))
+    return outcomes or [Passed(check)]

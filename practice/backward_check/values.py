@@ -1,0 +1,155 @@
+"""Values: the forward against the reference, and the gradient under a random grad_output against the
+right one, input by input; a wrong gradient is diagnosed by the ladder in diagnose()."""
+import torch
+
+from .calling import is_function
+from .returned import direct_backward
+from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT,
+                     WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
+from .strategies import describe_shapes, uniform_like
+from .truth import FORWARD_WRONG, TOLERANCE, flat
+
+
+def the_forward(context, check):
+    """The forward's outputs against the reference's. Far off is a wrong forward (or, on grown inputs
+    where the given ones were right, a grid or mask that stops short); a little off, a note, and the
+    gradients are held to the precision the forward achieves."""
+    error = context.forward_error
+    if error > FORWARD_WRONG:
+        if context.grown and context.given is not None and context.given.forward_right:
+            return [Finding(check, COVERS_PART, f"the forward matches the reference on the given inputs, but is "
+                                                f"{error:.3g} (relative) off it{context.where()}: its grid, or its "
+                                                f"mask, stops short")]
+        if context.grown:
+            return []  # the given inputs' finding says it
+        return [Finding(check, WRONG_FORWARD, f"the forward's output is {error:.3g} (relative) off the reference's: "
+                                              f"a wrong forward, or the wrong reference; its gradients are not "
+                                              f"judged against that reference")]
+    if error > 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4):
+        return [Note(check, f"the op's forward is {error:.3g} (relative) off the reference{context.where()}, so its "
+                            f"gradients are held to {4 * error:.3g}", FORWARD_PRECISION)]
+    return [Passed(check)]
+
+
+def random_grad_output(context, check):
+    """A random grad_output, against the right gradient, input by input."""
+    if not context.forward_right:
+        return [Undecided(check, "the forward disagrees with the reference, so the reference's gradient is "
+                                 "not this op's", because="the forward")]
+    g = context.randoms("random grad_output")
+    got = context.vjp(g, "the backward, with a random grad_output")
+    expected = context.expected(g)
+    outcomes = [Undecided(check, f"finite differences for {context.arg(i)} are too noisy to decide (tolerance "
+                                 f"{expected.tolerance[i]:.2g}, relative){context.where()}: pass a reference")
+                for i in context.noisy(expected)]
+    earlier_wrong = {f.input for f in context.earlier if isinstance(f, Finding) and f.check == check}
+    for i in sorted(context.errors(got, expected)):
+        if context.arg(i) not in earlier_wrong:
+            outcomes.append(diagnose(context, check, i, got, expected, g))
+    return outcomes or [Passed(check)]
+
+
+def diagnose(context, check, i, got, expected, g):
+    """Which trap explains input i's wrong gradient under a random grad_output: None where a gradient
+    is needed; the tail of a grown input; a gradient narrower than its input, or one tensor handed
+    back for two inputs; the gradient for grad_output = 1 (everywhere, or for one output); one output's
+    part missing; right for every uniform grad_output (which element it used); else a wrong formula."""
+    who, where, shape = context.name(i), context.where(), context.values[i].shape
+
+    def finding(trap, evidence):
+        return Finding(check, trap, f"{who}{evidence}{where}", input=context.arg(i))
+
+    off = expected.raw_error(got[i], i)
+    if got[i] is None:
+        return finding(RETURNS_WRONG, "backward returned None for it, though it needs a gradient (autograd takes "
+                                      "None as zeros)")
+    if context.grown:
+        stop = partial(context, i, got, expected)
+        if stop:
+            return Finding(check, COVERS_PART, f"{who}right for the given inputs; on inputs grown to "
+                                               f"{describe_shapes(context.values)}, {stop}: the grid, or the mask, "
+                                               f"stops short of the tail", input=context.arg(i))
+    narrow = narrowed(context, i)
+    if narrow:
+        return finding(RETURNS_WRONG, narrow)
+    shared = [j for j in context.op.inputs if j != i and got[j] is not None and got[j].numel() and
+              got[j].untyped_storage().data_ptr() == got[i].untyped_storage().data_ptr()]
+    if shared:
+        return finding(RETURNS_WRONG, f"its gradient and {context.arg(shared[0])}'s are one tensor (the backward "
+                                      f"returns one workspace for both), and its gradient is {off:.3g} (relative) off")
+    ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
+    if ones.error(got[i], i, shape) <= 1.0:
+        return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
+                                            f"everywhere ({off:.3g} off, relative)")
+    for k in range(len(context.outputs) if len(context.outputs) > 1 else 0):  # one output's grad_output at a time
+        gk = [g[j] if j == k else uniform_like(o, 1.0) for j, o in enumerate(context.outputs)]
+        got_k = context.vjp(gk, f"with only output {k}'s grad_output random")
+        if ones.error(got_k[i], i, shape) <= 1.0 and context.expected(gk).error(got_k[i], i, shape) > 1.0:
+            return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output for output {k} (1 for the others), the "
+                                                f"gradient is the one for grad_output = 1 everywhere: it ignores "
+                                                f"output {k}'s grad_output")
+        zk = [g[j] if j == k else torch.zeros_like(o) for j, o in enumerate(context.outputs)]
+        want_k = context.expected(zk)
+        got_zk = context.vjp(zk, f"with only output {k}'s grad_output nonzero")
+        if bool(want_k.grads[i].any()) and got_zk[i] is not None and not flat(got_zk[i]).any():
+            return finding(IGNORES_GRAD_OUTPUT, f"with a grad_output for output {k} alone (zeros for the others), "
+                                                f"the gradient is 0: the backward drops output {k}'s part, as if "
+                                                f"its grad_output were always 0")
+    uniform_right = True
+    for c in (2.0, 5.0):  # each output its own constant, so swapped grad_outputs do not pass as uniform
+        gc = [uniform_like(o, c * (1 + k)) for k, o in enumerate(context.outputs)]
+        got_c = context.vjp(gc, f"with grad_output = {c:g} everywhere")
+        uniform_right &= context.expected(gc).error(got_c[i], i, shape) <= 1.0
+    if uniform_right:
+        values = torch.cat([flat(t) for t in g])
+        first = context.expected([uniform_like(o, values[0].item()) for o in context.outputs])
+        mean = context.expected([uniform_like(o, values.mean().item()) for o in context.outputs])
+        which = ("the one for grad_output[0] everywhere" if first.error(got[i], i, shape) <= 1 else
+                 "the one for grad_output's mean everywhere" if mean.error(got[i], i, shape) <= 1 else
+                 "the one for some single value of grad_output everywhere, neither its first element nor its mean")
+        return finding(UNIFORM_GRAD_OUTPUT, f"right for grad_output = 2 and 5 everywhere, wrong for a random one "
+                                            f"({off:.3g} off, relative); the gradient is {which}")
+    return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
+                                  f"random one{wrong_share(got[i], expected, i)})")
+
+
+def wrong_share(got, expected, i):
+    """', 3 of 2000 elements wrong' where only some are."""
+    g = flat(got)
+    if expected.indices[i] is not None:
+        g = g[expected.indices[i]]
+    want = expected.grads[i]
+    bad = (g - want).abs() > expected.tolerance[i] * (want.abs() + want.abs().max() / 10)
+    count, total = int(bad.sum()), bad.numel()
+    return f"; {count} of {total} elements wrong" if 0 < count < total else ""
+
+
+def partial(context, i, got, expected):
+    """On grown inputs: is the error confined to the elements past a point? Then where it starts."""
+    g = flat(got[i])
+    index = expected.indices[i]
+    sample = g if index is None else g[index]
+    positions = torch.arange(g.numel(), device=g.device) if index is None else index
+    want = expected.grads[i]
+    bad = (sample - want).abs() > expected.tolerance[i] * max(want.abs().max().item(), 1e-30)
+    if not bad.any() or bad.all():
+        return ""
+    first_bad = positions[bad].min().item()
+    if bad[positions >= first_bad].float().mean().item() < 0.9 or bad[positions < first_bad].any():
+        return ""
+    return f"the first {first_bad} of {g.numel()} elements of the gradient are right and the rest wrong"
+
+
+def narrowed(context, i):
+    """Where backward returns input i's gradient in a narrower dtype than the input (float16 for float32,
+    an integer one), what autograd's cast back cannot undo; else ''."""
+    if not is_function(context.op.fn) or isinstance(context.op.slots[i].key, str):
+        return ""
+    returned, run = direct_backward(context)
+    grad, passed = (returned[i] if i < len(returned) else None), run.passed[i]
+    if not isinstance(grad, torch.Tensor) or grad.dtype == passed.dtype:
+        return ""
+    if grad.is_floating_point() and grad.dtype.itemsize >= passed.dtype.itemsize:
+        return ""
+    return (f"{context.arg(i)} is {passed.dtype}, but backward returns a {grad.dtype} gradient: autograd casts it "
+            f"back, after the rounding")
