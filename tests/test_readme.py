@@ -98,10 +98,71 @@ def measured_install_figures():
 
 
 def test_the_readme_gives_the_measured_install_sizes():
-    readme = (REPO / "README.md").read_text().splitlines()
-    cuda_row = next(line for line in readme if line.startswith("| read along (Linux, a CUDA GPU) |"))
-    cpu_row = next(line for line in readme if line.startswith("| read along without a GPU |"))
+    readme = (REPO / "README.md").read_text()
+    cuda_row = next(line for line in readme.splitlines() if line.startswith("| read along (Linux, a CUDA GPU) |"))
+    cpu_row = next(line for line in readme.splitlines() if line.startswith("| read along without a GPU |"))
+    no_gpu_steps = readme.split("\n### Without a GPU\n", 1)[1].split("\n#", 1)[0]
     cuda, cpu = measured_install_figures()
     assert cuda in cuda_row, f"the README's make check row should say {cuda!r} ({INSTALL_LOG.name})"
-    assert cpu in cpu_row, f"the README's no-GPU row should say {cpu!r} ({INSTALL_LOG.name})"
-    assert "PyTorch CPU index" in cpu_row, "the no-GPU route should say where its torch comes from"
+    assert "](#without-a-gpu)" in cpu_row, "the no-GPU row should lead to the no-GPU steps"
+    assert cpu in no_gpu_steps.split("> **Note:**", 1)[-1], (
+        f"the note under the no-GPU steps should say {cpu!r} ({INSTALL_LOG.name})")
+    assert "PyTorch CPU index" in no_gpu_steps, "the no-GPU route should say where its torch comes from"
+
+
+def test_the_uv_row_says_what_uv_downloads_and_the_way_round_it():
+    readme = (REPO / "README.md").read_text()
+    uv_row = next(line for line in readme.splitlines() if line.startswith("| [uv]("))
+    cuda_download = measured_install_figures()[0].split(" to download")[0]
+    assert "CUDA build" in uv_row and cuda_download in uv_row, (
+        f"the uv row should say that uv takes PyPI's CUDA build of torch ({cuda_download})")
+    assert "steps below" in uv_row or "#without-a-gpu" in uv_row, "and point a reader without a GPU elsewhere"
+
+
+def github_anchors(page):
+    """The #fragments GitHub gives a page's headings."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def links_with_anchors(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if "#" in target and not re.match(r"[a-z]+://|mailto:", target):
+            path, anchor = target.split("#", 1)
+            yield target, (page.parent / path if path else page), anchor
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_link_to_a_heading_finds_it(page):
+    broken = [target for target, linked, anchor in links_with_anchors(page)
+              if linked.suffix == ".md" and linked.exists() and anchor not in github_anchors(linked)]
+    assert not broken, f"{page.name} links to headings that do not exist: {broken}"
+
+
+def test_docs_has_a_start_page_that_leads_everywhere():
+    start = REPO / "docs/README.md"
+    assert "docs/README.md" in {t for t in relative_links(REPO / "README.md")}, "the README should link docs/README.md"
+    linked = {Path(t).name for t in relative_links(start)}
+    pages = {p.name for p in (REPO / "docs").glob("*.md")} - {"README.md"}
+    assert pages <= linked, f"docs/README.md does not lead to: {sorted(pages - linked)}"
+
+
+def test_the_take_the_op_row_says_how_to_use_each_name_it_imports():
+    """No 'see below' that leads nowhere: the row itself shows each name in use."""
+    import ast
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| take the op into your own model |"))
+    names = re.search(r"`from hardened_ops import ([\w, ]+)`", row)[1].split(", ")
+    defined = {node.name for node in ast.parse((REPO / "hardened_ops.py").read_text()).body
+               if isinstance(node, ast.ClassDef)}
+    for name in names:
+        assert name in defined, f"hardened_ops.py defines no {name}"
+        assert f"`{name}.apply(" in row or f"`{name}()" in row, f"the row should show {name} in use"
+    assert "see below" not in row
