@@ -178,3 +178,59 @@ def test_string_annotations_are_no_tensors_and_one_functions_error_spares_the_ot
     result = run(module)
     assert result.returncode == 2 and "Scale: " in result.stderr and "`n: int`" in result.stderr, result.stderr
     assert "check_backward(Exp): clean" in result.stdout, result.stdout
+
+
+def test_help_says_what_the_file_may_define():
+    """A usage error says (see --help): --help must then explain what it points to."""
+    result = run("--help")
+    assert result.returncode == 0
+    for word in ("example_inputs", "reference", "no_grad", "annotated", "Exit status"):
+        assert word in result.stdout, result.stdout
+
+
+def test_parameters_with_neither_annotation_nor_default_are_not_guessed(tmp_path):
+    """forward(ctx, x, eps, mode): the checker cannot tell tensors from numbers, so it asks, and reports no
+    trap on code it would have called wrongly."""
+    module = write(tmp_path, '''
+        import torch
+
+        class Leaky(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, eps, mode):
+                ctx.save_for_backward(x)
+                ctx.eps = eps
+                return torch.where(x > 0, x, eps * x)
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                x, = ctx.saved_tensors
+                return grad_output * torch.where(x > 0, 1.0, ctx.eps), None, None
+
+        class Annotated(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x: torch.Tensor, y: torch.Tensor):
+                ctx.save_for_backward(x, y)
+                return x * y
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                x, y = ctx.saved_tensors
+                return grad_output * y, grad_output * x
+    ''')
+    result = run(module)
+    assert result.returncode == 2 and "`x`, `eps`, `mode`" in result.stderr and "TRAP" not in result.stdout, (
+        result.stdout + result.stderr)
+    assert "check_backward(Annotated): clean" in result.stdout, result.stdout
+
+
+def test_the_command_line_makes_its_tensors_on_the_ops_device(tmp_path):
+    """In-process, with torch's default device other than the op's (meta): a tensor the command line or the
+    checker makes without the op's device fails here, as it would beside cuda:0 on a GPU."""
+    import torch
+    sys.path.insert(0, str(REPO / "practice"))
+    import backward_checker
+    module = write(tmp_path, OPS)
+    with torch.device("meta"):
+        assert backward_checker.main([str(module), "--function", "Good"]) == 0
+        assert backward_checker.main([str(REPO / "practice/solutions.py"), "--function", "TritonMul",
+                                      "--function", "RowLogSumExp"]) == 0

@@ -18,12 +18,12 @@ Exit status: 0 when the checker flags every planted bug with its trap and no leg
 1 otherwise, 2 on a usage error.
 """
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "practice")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "practice"), str(REPO / "tools")]
+import stamp  # noqa: E402
 from backward_checker import BACKEND, check_backward  # noqa: E402  (picks the backend first)
 from backward_check.calling import Op  # noqa: E402
 
@@ -83,7 +83,7 @@ def custom_ops():
     def row_loss_backward(ctx, grad_output):
         logits, target = ctx.saved_tensors
         grad = torch.softmax(logits, dim=-1)
-        grad[torch.arange(len(target)), target] -= 1.0
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
         return grad * grad_output[0], None  # BUG: grad_output[:, None]
 
     row_loss.register_autograd(row_loss_backward, setup_context=row_loss_setup)
@@ -106,7 +106,7 @@ def custom_ops():
     def writes_backward(ctx, grad_output):
         softmax, target = ctx.saved_tensors
         grad = softmax.clone()
-        grad[torch.arange(len(target)), target] -= 1.0
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
         return grad * grad_output[:, None], None
 
     writes_logits.register_autograd(writes_backward, setup_context=writes_setup)
@@ -140,11 +140,6 @@ def opcheck_verdict(custom, args):
         return f"fails ({type(error).__name__}: {' '.join(str(error).split())[:70]})"
 
 
-def tree():
-    described = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True)
-    return described.stdout.strip() or "unknown"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--log", type=Path, help="also write the table, with the tree and versions, here")
@@ -163,7 +158,7 @@ def main(argv=None):
             opcheck = opcheck_verdict(ops[case], call_args) if case in ops and kind == "planted" else "does not apply"
             rows.append(f"| {kind} | {case} | {checker}{'' if ok else ' (WRONG)'} | {report.seconds:.1f} | "
                         f"{gradcheck_verdict(op, call_args, dict(kwargs))} | {opcheck} |")
-    head = [f"tree {tree()}; torch {torch.__version__}, {BACKEND}", "",
+    head = [*stamp.lines(), f"torch {torch.__version__}, {BACKEND}", "",
             "| zoo | case | checker | checker's seconds | gradcheck | opcheck |", "|---|---|---|---|---|---|"]
     text = "\n".join(head + rows) + f"\n\n{misses} case(s) where the checker is wrong\n"
     print(text)

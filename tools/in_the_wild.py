@@ -45,6 +45,7 @@ PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platfo
 EXTRA_WHEELS = {"fla-core": ["einops==0.8.1"]}  # pure-Python needs, installed only where missing
 SWEEP_RELEASE = ("liger-kernel", "0.8.5")
 RESULT_MARK = "@@RESULT "
+PIN_VARIABLE = "IN_THE_WILD_PIN_AUTOTUNE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,10 +318,24 @@ def run_opcheck(fn, args, kwargs):
         return f"fail ({type(error).__name__}: {' '.join(str(error).split())[:150]})"
 
 
+def pin_autotune():
+    """Every Triton autotuner keeps only its first config, so a kernel compiles once for each shape instead
+    of once for each config and shape (fla-core autotunes for every shape the checker draws). The
+    verdicts are about strides, grids and formulas, which every config must get right."""
+    import triton.runtime.autotuner as autotuner
+    original = autotuner.Autotuner.__init__
+
+    def first_config_only(self, fn, arg_names, configs=None, *args, **kwargs):
+        return original(self, fn, arg_names, list(configs)[:1], *args, **kwargs)
+    autotuner.Autotuner.__init__ = first_config_only
+
+
 def child(case_name, site):
     """Runs in a fresh interpreter with only the release's folder added to the path."""
     import importlib.metadata
     check_backward = load_checker()  # first: it picks the backend before anything imports triton
+    if os.environ.get(PIN_VARIABLE) == "1":
+        pin_autotune()
     case = next(c for c in CASES if c.name == case_name) if case_name != "sweep" else None
     dist = case.dist if case else SWEEP_RELEASE[0]
     version = importlib.metadata.version(dist)
@@ -446,8 +461,9 @@ def install(wheels, dist, version, root):
     return target
 
 
-def run_child(case_name, site, interpret, timeout):
+def run_child(case_name, site, interpret, timeout, pinned=False):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), PYTHONUNBUFFERED="1")
+    env[PIN_VARIABLE] = "1" if pinned else "0"
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     command = [sys.executable, str(Path(__file__).resolve()), "--child", case_name, "--site", str(site)]
@@ -475,20 +491,18 @@ def judge(case, role, result):
     return "as expected" if not extra else f"NO: flagged {extra}"
 
 
-def header():
+def header(pinned):
     import platform
     import torch
     import triton
-    tree = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                          text=True).stdout.strip() or "unknown"
+    sys.path.insert(0, str(REPO / "tools"))
+    from stamp import lines
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
-    commit = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "practice"],
-                            capture_output=True, text=True).stdout.strip()
-    diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", "practice"], capture_output=True).stdout
-    import hashlib
-    changes = f", with uncommitted changes (diff sha1 {hashlib.sha1(diff).hexdigest()[:10]})" if diff else ""
-    return [f"tree: {tree}", f"checker: practice/ as of commit {commit or 'unknown'}{changes}", f"python {platform.python_version()}, torch {torch.__version__}, "
-            f"triton {triton.__version__}, GPU: {gpu}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"]
+    autotune = ("each autotuned kernel pinned to its first config (--pin-autotune: every shape compiles once)"
+                if pinned else "the libraries' own autotuning")
+    return [*lines(), f"python {platform.python_version()}, torch {torch.__version__}, "
+            f"triton {triton.__version__}, GPU: {gpu}", f"autotune: {autotune}",
+            f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"]
 
 
 def print_cases():
@@ -511,20 +525,20 @@ def table(rows):
     return "\n".join(lines)
 
 
-def run_release(case, version, wheels, root, interpret, timeout):
+def run_release(case, version, wheels, root, interpret, timeout, pinned):
     try:
-        return run_child(case.name, install(wheels, case.dist, version, root), interpret, timeout)
+        return run_child(case.name, install(wheels, case.dist, version, root), interpret, timeout, pinned)
     except RuntimeError as error:
         return dict(error=str(error))
 
 
-def run_cases(cases, wheels, interpret, jobs, timeout):
+def run_cases(cases, wheels, interpret, jobs, timeout, pinned):
     """Every release of every case, each in its own subprocess (jobs at a time), reported in order."""
     import concurrent.futures
     rows, everything_expected = [], True
     with tempfile.TemporaryDirectory(prefix="in_the_wild_") as root, \
             concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        pending = {(c.name, v): pool.submit(run_release, c, v, wheels, root, interpret, timeout)
+        pending = {(c.name, v): pool.submit(run_release, c, v, wheels, root, interpret, timeout, pinned)
                    for c in cases for v in (c.buggy, c.fixed)}
         for case in cases:
             print(f"\n== {case.name}: {case.dist} {case.buggy} -> {case.fixed}, {case.trap_class}")
@@ -554,13 +568,17 @@ def run_cases(cases, wheels, interpret, jobs, timeout):
     return everything_expected
 
 
-def run_sweep(wheels, interpret, timeout):
+def sweep_result(wheels, interpret, timeout, pinned):
     dist, version = SWEEP_RELEASE
     with tempfile.TemporaryDirectory(prefix="in_the_wild_") as root:
         try:
-            result = run_child("sweep", install(wheels, dist, version, root), interpret, timeout)
+            return run_child("sweep", install(wheels, dist, version, root), interpret, timeout, pinned)
         except RuntimeError as error:
-            result = dict(error=str(error))
+            return dict(error=str(error))
+
+
+def print_sweep(result):
+    dist, version = SWEEP_RELEASE
     if "error" in result:
         print(f"sweep of {dist} {version}: {result['error']}")
         return False
@@ -592,6 +610,8 @@ def main(argv=None):
                         help="without a GPU, run in Triton's interpreter anyway (no evidence: exits 2)")
     parser.add_argument("--jobs", type=int, default=1, help="releases checked at once (default 1)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one release may take (default 600)")
+    parser.add_argument("--pin-autotune", action="store_true",
+                        help="keep each autotuned kernel's first config only, so every shape compiles once")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--site", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -619,12 +639,17 @@ def main(argv=None):
         print(f"in_the_wild: no wheel in {args.wheels} for {', '.join(missing)} (run with --download where "
               "there is a network)", file=sys.stderr)
         return 2
-    print("\n".join(header()))
+    print("\n".join(header(args.pin_autotune)))
     if args.interpret and not torch.cuda.is_available():
         print("INTERPRETED: Triton's interpreter on the CPU; these verdicts are not evidence")
-    ok = True if args.sweep_only else run_cases(cases, args.wheels, args.interpret, args.jobs, args.timeout)
-    if args.sweep or args.sweep_only:
-        ok = run_sweep(args.wheels, args.interpret, args.timeout) and ok
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as beside:  # the sweep runs beside the cases
+        sweeping = beside.submit(sweep_result, args.wheels, args.interpret, args.timeout, args.pin_autotune) \
+            if args.sweep or args.sweep_only else None
+        ok = True if args.sweep_only else run_cases(cases, args.wheels, args.interpret, args.jobs, args.timeout,
+                                                     args.pin_autotune)
+        if sweeping is not None:
+            ok = print_sweep(sweeping.result()) and ok
     if args.interpret and not torch.cuda.is_available():
         return 2
     return 0 if ok else 1

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# gpu_check.sh: everything in this repository that only a GPU can show, in one command that
+# finishes within ten minutes on one H200. The parts run side by side, each into a log of its
+# own, each log beginning with the stamp of tools/stamp.py (the tree, and a hash of the
+# backward checker's files), so a page quoting a log can be told from a stale one:
+#
+#   check_outputs  ./check_outputs.sh --require-gpu: the four scripts, their output the book's
+#   pytest         the test suite, in parallel (pytest-xdist, -n 8)
+#   notebooks      both notebooks, executed top to bottom (tools/run_notebook.py)
+#   in_the_wild    tools/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
+#                  a current one's Functions; releases side by side, autotuning pinned
+#   checker_cli    python practice/backward_checker.py practice/solutions.py
+#   vs_gradcheck   tools/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
+#   sanitizer      compute-sanitizer (memcheck) on each of the four scripts
+#
+# Usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ...]
+#   --out DIR     where the logs go (default benchmarks/results)
+#   --label NAME  the logs' prefix (default: the GPU's name, as h200)
+#   --list        print the parts and exit
+#   PART          run only these parts (default: all)
+# Environment: PYTHON (default python3), WHEELS (in_the_wild's wheels, default .wild-wheels),
+# NOTEBOOK_SITE (a folder holding nbclient, nbformat and ipykernel, put on PYTHONPATH for the
+# notebooks and the test suite only, where the GPU's Python lacks them), STAMP_TREE (the tree to
+# stamp, where this copy's git history cannot say), PART_TIMEOUT (seconds each part may take,
+# default 540).
+# Exit codes: 0 every part passed; 1 a part failed or timed out (the summary log names it);
+# 2 a usage error, or no CUDA GPU.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PARTS=(check_outputs pytest notebooks in_the_wild checker_cli vs_gradcheck sanitizer)
+PYTHON=${PYTHON:-python3}
+WHEELS=${WHEELS:-.wild-wheels}
+PART_TIMEOUT=${PART_TIMEOUT:-540}
+NOTEBOOK_SITE=${NOTEBOOK_SITE:-}
+with_notebook_site=""
+[ -z "$NOTEBOOK_SITE" ] || with_notebook_site="PYTHONPATH=$NOTEBOOK_SITE${PYTHONPATH:+:$PYTHONPATH} "
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+out=benchmarks/results
+label=""
+chosen=()
+
+usage() {
+  echo "usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ...] (parts: ${PARTS[*]})" >&2
+  exit 2
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
+    --label) [ $# -ge 2 ] || usage; label=$2; shift 2 ;;
+    --list) printf '%s\n' "${PARTS[@]}"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_check.sh: unknown option $1" >&2; usage ;;
+    *)
+      case " ${PARTS[*]} " in
+        *" $1 "*) chosen+=("$1"); shift ;;
+        *) echo "gpu_check.sh: no part named $1" >&2; usage ;;
+      esac ;;
+  esac
+done
+[ ${#chosen[@]} -gt 0 ] || chosen=("${PARTS[@]}")
+
+if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "gpu_check.sh: $PYTHON sees no CUDA GPU; these parts show only what a GPU shows" >&2
+  exit 2
+fi
+if [ -z "$label" ]; then
+  label=$("$PYTHON" -c 'import re, torch; print(re.sub(r"[^a-z0-9]+", "_", torch.cuda.get_device_name(0).lower().removeprefix("nvidia ")).strip("_"))')
+fi
+mkdir -p "$out"
+stamp=$("$PYTHON" tools/stamp.py)
+export PYTHONUNBUFFERED=1
+
+# The command of each part, run from the repository root.
+command_of() {
+  case $1 in
+    check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
+    pytest) echo "${with_notebook_site}$PYTHON -m pytest -n 8 -q -p no:cacheprovider" ;;
+    notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
+    in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 6 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
+    checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
+    vs_gradcheck) echo "$PYTHON tools/checker_vs_gradcheck.py" ;;
+    sanitizer) echo "for s in 01_chained_expression 02_graph_structure 03_fan_in 04_standalone_complete; do $SANITIZER --tool memcheck --error-exitcode 1 $PYTHON \$s.py > /dev/null || exit 1; echo \"\$s: memcheck clean\"; done" ;;
+  esac
+}
+
+log_of() {
+  case $1 in
+    in_the_wild) echo "$out/in_the_wild_$label.log" ;;
+    vs_gradcheck) echo "$out/checker_vs_gradcheck_$label.log" ;;
+    *) echo "$out/${label}_$1.log" ;;
+  esac
+}
+
+# One part: its stamp, its command, its output, its time and exit status, in its log.
+run_part() {
+  local part=$1 log command start status
+  log=$(log_of "$part")
+  command=$(command_of "$part")
+  start=$(date +%s)
+  {
+    echo "$stamp"
+    echo "part: $part"
+    echo "command: $command"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo
+  } > "$log"
+  set +e
+  timeout --kill-after=10 "$PART_TIMEOUT" bash -c "$command" >> "$log" 2>&1
+  status=$?
+  set -e
+  echo "----- $part: exit $status after $(( $(date +%s) - start )) s" >> "$log"
+  return "$status"
+}
+
+summary="$out/${label}_gpu_check.log"
+{
+  echo "$stamp"
+  echo "gpu_check.sh: ${chosen[*]}"
+  "$PYTHON" -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, GPU: {torch.cuda.get_device_name(0)}")'
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+} > "$summary"
+declare -A pids=()
+for part in "${chosen[@]}"; do
+  run_part "$part" &
+  pids[$part]=$!
+done
+failed=()
+for part in "${chosen[@]}"; do
+  if wait "${pids[$part]}"; then
+    echo "PASS $part ($(log_of "$part"))" | tee -a "$summary"
+  else
+    echo "FAIL $part ($(log_of "$part"): $(tail -n 1 "$(log_of "$part")"))" | tee -a "$summary"
+    failed+=("$part")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu_check.sh: ${#failed[@]} of ${#chosen[@]} parts failed: ${failed[*]}" | tee -a "$summary" >&2
+  exit 1
+fi
+echo "gpu_check.sh: all ${#chosen[@]} parts passed" | tee -a "$summary"

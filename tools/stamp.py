@@ -1,0 +1,52 @@
+"""
+The stamp a log of the checker begins with
+==========================================
+
+Two lines: the tree the log was made at, and a hash of the backward checker's own files. A page
+that quotes the checker's verdicts quotes a log; tests/test_logs_are_current.py warns when that
+log's hash is not the hash of the checker the page ships with, so a verdict never outlives the
+code that gave it.
+
+    python tools/stamp.py            # the two lines
+    python tools/stamp.py --hash     # the hash alone
+
+The tree is `git describe --always --dirty`, or STAMP_TREE where the machine's copy of the
+history cannot say (a copy of the working tree sent elsewhere). Exit status: 0.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKER_FILES = ("practice/backward_check/*.py", "practice/backward_checker.py")
+STAMP_WORDS = "sha256 of practice/backward_check/*.py and practice/backward_checker.py"
+
+
+def checker_files():
+    return sorted({path for pattern in CHECKER_FILES for path in REPO.glob(pattern)})
+
+
+def checker_hash():
+    """The first 12 hex digits of sha256 over each checker file's path and bytes, in path order."""
+    digest = hashlib.sha256()
+    for path in checker_files():
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def tree():
+    if os.environ.get("STAMP_TREE"):
+        return os.environ["STAMP_TREE"]
+    described = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
+                               text=True).stdout.strip()
+    return described or "unknown"
+
+
+def lines():
+    return [f"tree: {tree()}", f"checker: {checker_hash()} ({STAMP_WORDS})"]
+
+
+if __name__ == "__main__":
+    print(checker_hash() if sys.argv[1:] == ["--hash"] else "\n".join(lines()))
