@@ -167,7 +167,8 @@ def cross_entropy_reference(logits, target, eps=1e-6, reduction="none"):
 
 
 def logits_and_target(rows=4, classes=7, seed=60):
-    target = torch.randint(0, classes, (rows,), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    target = torch.randint(0, classes, (rows,), generator=torch.Generator(device="cpu").manual_seed(seed),
+                           device="cpu").to(DEVICE)
     return seeded_randn(rows, classes, seed=seed), target
 
 
@@ -455,6 +456,216 @@ class ProjectFixed(torch.autograd.Function):
         return g @ FIXED_WEIGHT.t()
 
 
+# -- What the checker may not vary, and legal code it once flagged (the classes of its false alarms) --
+
+class GatherByPermutation(torch.autograd.Function):
+    """Rows reordered by an integer permutation, which its backward inverts by assignment: right for a
+    permutation, its contract; a tiled one (repeated indices) would break it."""
+    @staticmethod
+    def forward(ctx, x, order):
+        ctx.save_for_backward(order)
+        return x[order] * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        order, = ctx.saved_tensors
+        grad = torch.zeros_like(g)
+        grad[order] = g * 2.0
+        return grad, None
+
+
+class SegmentMeans(torch.autograd.Function):
+    """Means over varlen segments given by sorted offsets (cu_seqlens), as its contract says they are."""
+    @staticmethod
+    def forward(ctx, x, offsets):
+        ctx.save_for_backward(offsets)
+        ctx.rows = x.shape[0]
+        return torch.stack([x[a:b].mean(0) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())])
+
+    @staticmethod
+    def backward(ctx, g):
+        offsets, = ctx.saved_tensors
+        pieces = [g[k].expand(b - a, -1) / (b - a)
+                  for k, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist()))]
+        return torch.cat(pieces), None
+
+
+def segment_means(x, offsets):
+    return torch.stack([x[a:b].mean(0) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())])
+
+
+class Rotary(torch.autograd.Function):
+    """A rotary embedding whose cos and sin tables (in no_grad) it checks: scaled tables are refused."""
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        if not torch.allclose(cos * cos + sin * sin, torch.ones_like(cos), atol=1e-5):
+            raise ValueError("cos and sin must be a rotation's")
+        ctx.save_for_backward(cos, sin)
+        a, b = x.chunk(2, dim=-1)
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        ga, gb = g.chunk(2, dim=-1)
+        return torch.cat([ga * cos + gb * sin, -ga * sin + gb * cos], dim=-1), None, None
+
+
+def rotary_reference(x, cos, sin):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+def rotary_inputs():
+    angles = seeded_randn(5, 3, seed=72)
+    return seeded_randn(4, 5, 6, seed=73), angles.cos(), angles.sin()
+
+
+class BatchNormTraining(torch.autograd.Function):
+    """F.batch_norm in training mode: updates its running statistics in place (named in no_grad)."""
+    @staticmethod
+    def forward(ctx, x, running_mean, running_var):
+        with torch.no_grad():
+            torch.nn.functional.batch_norm(x, running_mean, running_var, training=True, momentum=0.1)
+        mean, var = x.mean(0), x.var(0, unbiased=False)
+        xhat = (x - mean) / torch.sqrt(var + 1e-5)
+        ctx.save_for_backward(xhat, var)
+        return xhat
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, var = ctx.saved_tensors
+        n = g.shape[0]
+        grad = (g - g.mean(0) - xhat * (g * xhat).mean(0)) / torch.sqrt(var + 1e-5)
+        return grad * (n / n), None, None
+
+
+def batch_norm_reference(x, running_mean, running_var):
+    return torch.nn.functional.batch_norm(x, None, None, training=True, eps=1e-5)
+
+
+class BiasAddKeepdim(torch.autograd.Function):
+    """x + b, the bias's gradient returned as (1, D): autograd sums it to b's (D,)."""
+    @staticmethod
+    def forward(ctx, x, b):
+        return x + b
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g.sum(0, keepdim=True)
+
+
+class ExpByVjp(torch.autograd.Function):
+    """Defines vjp instead of backward (autograd takes either)."""
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def vjp(ctx, g):
+        y, = ctx.saved_tensors
+        return g * y
+
+
+class SoftmaxRows(torch.autograd.Function):
+    """Its true gradient is exactly 0 wherever grad_output is constant along a row (after .sum(dim=-1)):
+    what it computes there is rounding, whose digits follow grad_output's layout (a matrix product)."""
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y, = ctx.saved_tensors
+        return y * (g - (g.unsqueeze(-2) @ y.unsqueeze(-1)).squeeze(-1))
+
+
+class ChunkedCumsum(torch.autograd.Function):
+    """A cumulative sum in chunks of 4, carried in float32: off float64 by its own rounding."""
+    @staticmethod
+    def forward(ctx, x):
+        chunks = x.split(4, dim=-1)
+        carry, out = torch.zeros_like(x[..., :1]), []
+        for c in chunks:
+            part = c.cumsum(-1) + carry
+            out.append(part)
+            carry = part[..., -1:]
+        return torch.cat(out, -1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.flip(-1).cumsum(-1).flip(-1)
+
+
+FIXED_DECAY = torch.linspace(1.0, 0.5, 5, device="cpu").to(DEVICE)
+
+
+class Decay(torch.autograd.Function):
+    """x * a decay along the last dimension, made for any width; its reference closes over a fixed (5,) one."""
+    @staticmethod
+    def forward(ctx, x):
+        decay = torch.linspace(1.0, 0.5, x.shape[-1], device=x.device, dtype=x.dtype)
+        ctx.save_for_backward(decay)
+        return x * decay
+
+    @staticmethod
+    def backward(ctx, g):
+        decay, = ctx.saved_tensors
+        return g * decay
+
+
+class RefusesCreateGraph(torch.autograd.Function):
+    """x * |x|, whose backward refuses create_graph loudly; the reference (its own kernel) has none either."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x.abs()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            raise RuntimeError("no double backward")
+        return g * 2 * x.abs()
+
+
+class NoDoubleBackwardReference(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x.abs()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * 2 * x.abs()
+
+
+def running_stats():
+    return seeded_randn(6, 4, seed=74), torch.zeros(4, device="cpu").to(DEVICE), torch.ones(4, device="cpu").to(DEVICE)
+
+
+class MatrixSquare(torch.autograd.Function):
+    """x @ x for a square x: legal only while x is square, which it checks, loudly."""
+    @staticmethod
+    def forward(ctx, x):
+        if x.shape[0] != x.shape[1]:
+            raise ValueError("x must be square")
+        ctx.save_for_backward(x)
+        return x @ x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g @ x.t() + x.t() @ g
+
+
 def square(x):
     return x * x
 
@@ -510,6 +721,25 @@ LEGAL = {
     "a None among the saved tensors": (BiasOptional, (x35(),), {}, square),
     "values near 0": (hardened_ops.TritonSquare, (x35() * 1e-4,), {}, square),
     "values near 1e4": (hardened_ops.TritonSquare, (x35() + 1e4,), {}, square),
+    "an integer permutation it validates": (GatherByPermutation, (x35(), torch.tensor([2, 0, 1], device=DEVICE)), {},
+                                            lambda x, order: x[order] * 2.0),
+    "sorted offsets (cu_seqlens) it validates": (SegmentMeans, (seeded_randn(7, 4, seed=75),
+                                                                torch.tensor([0, 3, 7], device=DEVICE)), {},
+                                                 segment_means),
+    "rotary tables in no_grad, checked": (Rotary, rotary_inputs(), {"no_grad": ("cos", "sin")}, rotary_reference),
+    "running statistics updated in place (no_grad)": (BatchNormTraining, running_stats(),
+                                                       {"no_grad": ("running_mean", "running_var")},
+                                                       batch_norm_reference),
+    "a bias gradient autograd sums to its shape": (BiasAddKeepdim, (x35(), seeded_randn(5, seed=76)), {},
+                                                   lambda x, b: x + b),
+    "vjp instead of backward": (ExpByVjp, (x35(),), {}, torch.exp),
+    "a true gradient of exactly 0 under a layout": (SoftmaxRows, (seeded_randn(6, 33, seed=79),), {},
+                                                    lambda x: torch.softmax(x, -1)),
+    "torch's softmax in bfloat16": (lambda x: torch.softmax(x, -1), (seeded_randn(8, 64, seed=80, dtype=torch.bfloat16)
+                                                                      * 4,), {}, lambda x: torch.softmax(x, -1)),
+    "a chunked float32 scan": (ChunkedCumsum, (seeded_randn(4, 300, seed=77) + 100,), {}, lambda x: x.cumsum(-1)),
+    "a reference that closes over a fixed-size tensor": (Decay, (x35(),), {}, lambda x: x * FIXED_DECAY),
+    "a square matrix, checked square": (MatrixSquare, (seeded_randn(5, 5, seed=78),), {}, lambda x: x @ x),
 }
 
 # Without a reference: finite differences, including a kernel that computes in float32 under

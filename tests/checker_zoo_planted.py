@@ -5,7 +5,7 @@ the trap), drawn from a seed, so a failure reproduces. Several re-create real li
 import torch
 import triton
 import triton.language as tl
-from chapter_scripts import hardened_ops
+from chapter_scripts import hardened_ops, seeded_randn
 from checker_zoo import (cross_entropy_reference, dgelu, gelu, logits_and_target, mul, one_input, square,
                          triton_gelu, x35)
 
@@ -261,6 +261,180 @@ def tanh_derivative(x, g):
     return g * torch.ops.aten.gelu_backward(torch.ones_like(x), x, approximate="tanh")
 
 
+# -- What the checker once missed: each a bug of a class it never tried, or hid behind another finding --
+
+class SumLastFastPath(torch.autograd.Function):
+    """A stride-0 fast path written for .sum()'s grad_output (one value), taken for .sum(dim=-1)'s too."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        if g.dim() == 2 and g.stride(-1) == 0:
+            g = g[0, 0]  # BUG: right when every stride is 0, wrong when only the last is (rows differ)
+        return 2 * x * g
+
+
+class DoublesFrozenInPlace(torch.autograd.Function):
+    """Saves a copy when x wants a gradient, and writes into x when it does not (it is the caller's)."""
+    @staticmethod
+    def forward(ctx, x, y):
+        if x.requires_grad:
+            return x * 2 + y
+        return x.mul_(2).add_(y)  # BUG: the caller's frozen x is changed
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 2 if ctx.needs_input_grad[0] else None), g
+
+
+class MulOneWorkspace(torch.autograd.Function):
+    """Both gradients written into one workspace, which is returned twice: the second overwrites the first."""
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        workspace = torch.empty_like(x)
+        grad_x = torch.mul(g, y, out=workspace)
+        grad_y = torch.mul(g, x, out=workspace)  # BUG: grad_x is the same tensor, now holding grad_y
+        return grad_x, grad_y
+
+
+class SinCosUnmaterialized(torch.autograd.Function):
+    """ctx.set_materialize_grads(False), and then every grad_output used as if it were there."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        x, = ctx.saved_tensors
+        return grad_sin * torch.cos(x) - grad_cos * torch.sin(x)  # BUG: either may be None
+
+
+class RowMeanMixedUp(torch.autograd.Function):
+    """Each row's mean; its backward divides by the number of rows, which a square input hides."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.mean(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        rows, columns = ctx.shape
+        return g[:, None].expand(rows, columns) / rows  # BUG: / columns
+
+
+class SinCosDropsCos(torch.autograd.Function):
+    """Two outputs; the backward forgets the second one's part."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        x, = ctx.saved_tensors
+        return grad_sin * torch.cos(x)  # BUG: - grad_cos * torch.sin(x)
+
+
+class SquareRaisesOnTransposed(torch.autograd.Function):
+    """Its forward takes any layout; its backward views the saved input flat, which a transposed one refuses."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return (2 * x.view(-1) * g.reshape(-1)).view(x.shape)  # BUG: x.view(-1) raises for x.t()
+
+
+class MeanOverWrongCount(torch.autograd.Function):
+    """Each row's mean, divided by one element too many: a wrong forward, with a backward true to it."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.columns = x.shape[-1]
+        return x.sum(-1) / (x.shape[-1] + 1)  # BUG: / x.shape[-1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[:, None].expand(-1, ctx.columns) / (ctx.columns + 1)
+
+
+class ScalesSavedGradientFirstElement(torch.autograd.Function):
+    """Two traps at once, as Liger-Kernel 0.8.1's fused loss had: its saved gradient scaled in place (by
+    design, to save memory), and scaled by grad_output[0] for every row."""
+    @staticmethod
+    def forward(ctx, logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        grad = logp.exp()
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
+        ctx.save_for_backward(grad)
+        return -logp.gather(1, target[:, None]).squeeze(1)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad, = ctx.saved_tensors
+        return grad.mul_(grad_output[0]), None  # BUG: grad_output[:, None]; and the saved gradient changes
+
+
+class MutatesAndFirstElement(torch.autograd.Function):
+    """Two traps: writes into grad_output, and reads only its first element."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        first = g.reshape(-1)[0].clone()
+        return g.fill_(first).mul_(2 * x)  # BUG twice: in place, and one value for all
+
+
+class WritesLogitsAndTransposed(torch.autograd.Function):
+    """Two traps, as Liger-Kernel's cross-entropy has: the gradient written into the logits it was given,
+    and read back as if contiguous."""
+    @staticmethod
+    def forward(ctx, logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        loss = -logp.gather(1, target[:, None]).squeeze(1)
+        written = logits.data
+        written.copy_(logp.exp())
+        written[torch.arange(len(target), device=target.device), target] -= 1.0
+        ctx.save_for_backward(logits)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad, = ctx.saved_tensors
+        flat_rows = grad.as_strided(grad.shape, (grad.shape[1], 1))  # BUG: reads its storage as if contiguous
+        return flat_rows * grad_output[:, None], None
+
+
+def row_mean(x):
+    return x.mean(-1)
+
+
+def sin_cos(x):
+    return torch.sin(x), torch.cos(x)
+
+
+def cross_entropy_rows(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target, reduction="none")
+
+
 PLANTED = {
     "no chain rule (the book's buggy kernel)": (hardened_ops.TritonGELUBuggy, (x35(),), {}, gelu,
                                                 "ignores grad_output"),
@@ -318,10 +492,38 @@ PLANTED = {
     # The formula is right; the float16 it is returned in is not (autograd casts it back to float32, rounded).
     "a float16 gradient for a float32 input": (one_input(square, lambda x, g: (2 * x * g).half(), "SquareInHalf"),
                                                (x35(),), {}, square, "returns the wrong gradients"),
+    "a stride-0 fast path taken for .sum(dim=-1)": (SumLastFastPath, (x35(),), {}, square,
+                                                     "assumes a contiguous grad_output"),
+    "a write into an input only when it is frozen": (DoublesFrozenInPlace, (x35(), x35(31)), {},
+                                                     lambda x, y: x * 2 + y, "writes into an input or a saved tensor"),
+    "one workspace returned for two gradients": (MulOneWorkspace, (x35(), x35(31)), {}, mul,
+                                                 "returns the wrong gradients"),
+    "an unused output's None grad_output used": (SinCosUnmaterialized, (x35(),), {}, sin_cos,
+                                                 "assumes every output is used"),
+    "shape[0] for shape[1], hidden by a square input": (RowMeanMixedUp, (seeded_randn(5, 5, seed=33),), {}, row_mean,
+                                                        "a wrong formula"),
+    "the second output's part dropped": (SinCosDropsCos, (x35(),), {}, sin_cos, "ignores grad_output"),
+    "a backward that raises on a transposed saved input": (SquareRaisesOnTransposed, (x35(),), {}, square,
+                                                           "assumes a contiguous input"),
+    "a wrong forward (a mean over one element too many)": (MeanOverWrongCount, (x35(),), {}, row_mean,
+                                                           "a wrong forward"),
+}
+
+# Several traps in one op, each to be named: a finding never hides a check for another trap.
+MULTIPLE = {
+    "a saved gradient scaled in place, by grad_output[0] (Liger-Kernel 0.8.1)": (
+        ScalesSavedGradientFirstElement, logits_and_target(), {}, cross_entropy_rows,
+        ("writes into an input or a saved tensor", "assumes a uniform grad_output")),
+    "grad_output written into, and only its first element read": (
+        MutatesAndFirstElement, (x35(),), {}, square, ("mutates grad_output in place", "assumes a uniform grad_output")),
+    "the logits written into, and read back as if contiguous (Liger-Kernel cross-entropy)": (
+        WritesLogitsAndTransposed, logits_and_target(), {}, cross_entropy_rows,
+        ("writes into an input or a saved tensor", "assumes a contiguous input")),
 }
 
 # Found without a reference too (finite differences stand in, as in torch.autograd.gradcheck).
 PLANTED_WITHOUT_REFERENCE = ["no chain rule (the book's buggy kernel)", "grad_output[0]", "mul_ on grad_output",
                              "strides from the shape (fla-core causal_conv1d)", "a grid of one block",
                              "derivative kept on the class", "input y ignores grad_output",
-                             "forward writes into its logits (Liger-Kernel cross-entropy)"]
+                             "forward writes into its logits (Liger-Kernel cross-entropy)",
+                             "one workspace returned for two gradients", "a stride-0 fast path taken for .sum(dim=-1)"]

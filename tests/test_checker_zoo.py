@@ -11,7 +11,8 @@ import pytest
 import torch
 from chapter_scripts import REPO, scripts_defining, seeded_randn
 from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, gelu, square
-from checker_zoo_planted import PLANTED, PLANTED_WITHOUT_REFERENCE
+from checker_zoo_blind import BLIND_ALSO, BLIND_LEGAL, BLIND_PLANTED, BLIND_UNDECIDABLE
+from checker_zoo_planted import MULTIPLE, PLANTED, PLANTED_WITHOUT_REFERENCE
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_checker import check_backward  # noqa: E402
@@ -52,6 +53,29 @@ def test_a_planted_bug_is_named_without_a_reference(case):
     op, args, kwargs, _, trap = PLANTED[case]
     report = check_backward(op, *args, **kwargs)
     assert report.traps == [trap], str(report)
+
+
+@pytest.mark.parametrize("case", list(MULTIPLE))
+def test_an_op_with_several_traps_is_named_with_every_one(case):
+    """A finding never silences a check for another trap: a by-design write does not hide a uniform grad_output."""
+    op, args, kwargs, reference, traps = MULTIPLE[case]
+    report = check_backward(op, *args, reference=reference, **kwargs)
+    assert sorted(report.traps) == sorted(traps), str(report)
+
+
+@pytest.mark.parametrize("case", list(BLIND_LEGAL))
+def test_legal_code_written_blind_gets_a_clean_report(case):
+    op, args, kwargs, reference, options = BLIND_LEGAL[case]
+    report = check_backward(op, *args, reference=reference, **options, **kwargs)
+    assert report.clean, str(report)
+    assert report.decided or case in BLIND_UNDECIDABLE, str(report)
+
+
+@pytest.mark.parametrize("case", list(BLIND_PLANTED))
+def test_a_bug_planted_blind_is_named_with_its_trap(case):
+    op, args, kwargs, reference, options, trap = BLIND_PLANTED[case]
+    report = check_backward(op, *args, reference=reference, **options, **kwargs)
+    assert sorted(report.traps) == sorted([trap, *BLIND_ALSO.get(case, ())]), str(report)
 
 
 def test_notes_say_what_pytorch_accepts_but_wastes():

@@ -98,19 +98,22 @@ class Context:
         except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
             raise OpRaised(what, error, trap, made_up) from error
 
-    def grads(self, run, grad_outputs, what, trap=CRASHES, made_up=False, retain_graph=False, only=None):
+    def grads(self, run, grad_outputs, what, trap=CRASHES, made_up=False, retain_graph=False, only=None, raw=False):
+        """The gradients of run's outputs under grad_outputs, each copied as it comes back (raw=False), so a
+        backward that hands back a workspace it reuses cannot change them at its next call."""
         try:
-            return run.grad(grad_outputs, retain_graph=retain_graph, only=only)
+            grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only)
         except Exception as error:  # noqa: BLE001
             raise OpRaised(what, error, trap, made_up) from error
+        return grads if raw else copies(grads)
 
-    def vjp(self, grad_outputs, what, values=None, frozen=(), trap=CRASHES, made_up=False, fresh=True):
+    def vjp(self, grad_outputs, what, values=None, frozen=(), trap=CRASHES, made_up=False, fresh=True, raw=False):
         """The op's gradients under grad_outputs, for every argument (None where it takes none). They are
         copied first (fresh=True), so a backward that writes into its grad_output spoils nothing else."""
         if fresh:
             grad_outputs = [g.clone() for g in grad_outputs]
         run = self.run(what, values=values, frozen=frozen, trap=trap, made_up=made_up)
-        return self.grads(run, grad_outputs, what, trap=trap, made_up=made_up)
+        return self.grads(run, grad_outputs, what, trap=trap, made_up=made_up, raw=raw)
 
     def grad_of(self, loss, leaves, what, trap=CRASHES):
         """autograd.grad of a loss the check built around the op, for each of leaves (None where none)."""
@@ -119,7 +122,7 @@ class Context:
             grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
         except Exception as error:  # noqa: BLE001
             raise OpRaised(what, error, trap) from error
-        return [next(grads) if x is not None else None for x in leaves]
+        return copies([next(grads) if x is not None else None for x in leaves])
 
     # -- the right gradient ------------------------------------------------------------------
 
@@ -180,22 +183,20 @@ class Context:
         """The same call made twice, on fresh copies: (first gradients, second gradients), each cloned
         as it comes back (a backward may hand back a workspace it reuses)."""
         g = self.randoms("the same call twice")
-        first = [None if t is None else t.detach().clone() for t in self.vjp(g, "with a random grad_output")]
-        second = [None if t is None else t.detach().clone() for t in self.vjp(g, "called again")]
-        return first, second
+        return self.vjp(g, "with a random grad_output"), self.vjp(g, "called again")
 
-    def scale(self, i):
-        """The size of input i's gradient under a random grad_output: the floor for comparing two of the
-        op's own gradients, where one is exactly 0 (a masked region, say)."""
+    def typical(self, i):
+        """Input i's gradient under a random grad_output: the floor for comparing two of the op's own
+        gradients where one is exactly 0 (a masked region, a grad_output constant along a reduction)."""
         first = self.repeat[0][i]
-        return 0.0 if first is None else flat(first).abs().nan_to_num(0.0).max().item()
+        return None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
 
     def noise(self, i):
         """How far the same call made twice lands from itself (relative): 0 for a deterministic op."""
         first, second = self.repeat
         if first[i] is None or second[i] is None or first[i].shape != second[i].shape:
             return 0.0
-        return relative_error(flat(second[i]), flat(first[i]), scale=self.scale(i))
+        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i))
 
     def tolerance(self, i):
         """How far two of the op's own gradients may differ: the dtype's tolerance (the precision the
@@ -218,11 +219,17 @@ class Context:
                 if bool(flat(other).abs().nan_to_num(1.0).max() > 0):
                     differ[i] = float("inf")
             elif a[i] is not None:
-                error = relative_error(flat(a[i]), flat(b[i]), scale=self.scale(i)) if a[i].shape == b[i].shape \
-                    else float("inf")
+                if a[i].shape != b[i].shape:
+                    differ[i] = float("inf")
+                    continue
+                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i))
                 if error > self.tolerance(i):
                     differ[i] = error
         return differ
+
+
+def copies(tensors):
+    return [None if t is None else t.detach().clone() for t in tensors]
 
 
 def largest_change(before, after):

@@ -8,7 +8,8 @@ that computes in float32 under float64 inputs gets a float32 step, and where eve
 differences too noisy to decide, the check says "inconclusive", never "trap".
 
 A gradient is compared relative to the right gradient's own size (its norm, and its largest
-element), with no floor, so a bug in small gradients is not hidden by an absolute tolerance.
+element), with no floor, so a bug in small gradients is not hidden by an absolute tolerance, and
+a few elements far off are not hidden by many right ones (the largest-element term sees each).
 """
 import dataclasses
 import sys
@@ -32,15 +33,12 @@ FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
 
 
-def relative_error(got, right, scale=0.0, elementwise=True):
+def relative_error(got, right, typical=None):
     """How far got is from right, relative to right's size, both float64 and flat, over the finite
     elements (a NaN or an infinity must stand where the right answer has the same): the larger of
-    |d| / |right| (norms) and the worst element's |d_k| / (|right_k| + |right|_max / 10), so that a
-    few elements far off are not hidden by many right ones. scale: a size below which right's own
-    size counts as that scale (a gradient that is exactly 0 here, but not everywhere); no floor
-    otherwise, so a bug in small gradients is not hidden by an absolute tolerance. elementwise=False
-    takes the worst element relative to the largest instead: finite differences' own error is about
-    the same for every element, so it would swamp the small ones."""
+    |d| / |right| (norms) and max |d| / max |right|. typical: a gradient of the same input under
+    another grad_output, whose size right's counts as at least (where right is exactly 0 here, but not
+    everywhere); no floor otherwise, so a bug in small gradients is not hidden by an absolute tolerance."""
     special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
     finite = got.isfinite() & right.isfinite()
     if not bool((finite | special).all()):
@@ -49,12 +47,13 @@ def relative_error(got, right, scale=0.0, elementwise=True):
     if right.numel() == 0:  # nothing left to compare (every element at a kink, say)
         return 0.0
     d = got - right
-    size, largest = max(right.norm().item(), scale), max(right.abs().max().item(), scale)
+    size, largest = right.norm().item(), right.abs().max().item()
+    if typical is not None and typical.numel():
+        typical = typical[typical.isfinite()]
+        size, largest = max(size, typical.norm().item()), max(largest, typical.abs().max().item())
     if size == 0.0:
         return 0.0 if d.abs().max().item() == 0.0 else float("inf")
-    floor = largest / 10 if elementwise else largest
-    worst = (d.abs() / (right.abs() * elementwise + floor)).max().item()
-    return max(d.norm().item() / size, worst)
+    return max(d.norm().item() / size, d.abs().max().item() / largest)
 
 
 def flat(t):
@@ -65,12 +64,10 @@ def flat(t):
 @dataclasses.dataclass
 class Expected:
     """The right gradient for each argument (None where it takes none), float64. Where only a
-    sample of a gradient is known, indices says which flat elements; tolerance per argument;
-    elementwise: judge each element (the reference's exact gradient) or the whole (finite differences)."""
+    sample of a gradient is known, indices says which flat elements; tolerance per argument."""
     grads: list
     indices: list
     tolerance: list
-    elementwise: bool = True
 
     def error(self, got, i, shape):
         """got's error for argument i in units of its tolerance (above 1 is wrong); inf where got
@@ -81,13 +78,14 @@ class Expected:
             return float("inf")
         return self.raw_error(got, i) / self.tolerance[i]
 
+    def sample(self, got, i):
+        g = flat(got)
+        return g if self.indices[i] is None else g[self.indices[i]]
+
     def raw_error(self, got, i):
         if got is None:
             return 1.0 if self.grads[i].any() else 0.0
-        g = flat(got)
-        if self.indices[i] is not None:
-            g = g[self.indices[i]]
-        return relative_error(g, self.grads[i], elementwise=self.elementwise)
+        return relative_error(self.sample(got, i), self.grads[i])
 
 
 def graded_outputs(output):
@@ -264,14 +262,14 @@ class FiniteDifferences:
                 continue
             fine_j, coarse_j = (j.to(g.device) for j in self.jacobians[i])
             fine = fine_j @ g
-            noise = relative_error(coarse_j @ g, fine, elementwise=False)
+            noise = relative_error(coarse_j @ g, fine)
             if not len(fine) and self.values[i].numel():  # every element at a kink: nothing to judge by
                 noise = float("inf")
             grads.append(fine)
             full = len(self.columns[i]) == self.values[i].numel()
             indices.append(None if full else self.columns[i].to(g.device))
             tolerances.append(max(tolerance[i], TOLERANCE.get(self.computed, 1e-4) * 10, 8 * noise))
-        return Expected(grads, indices, tolerances, elementwise=False)
+        return Expected(grads, indices, tolerances)
 
 
 def dtype_tolerance(v):
