@@ -119,3 +119,4 @@ def test_a_refused_or_right_double_backward_is_clean(case):
     op, args, kwargs, reference = LEGAL[case]
     report = check_backward(op, *args, reference=reference, second_order=True, **kwargs)
     assert report.clean and "create_graph=True" in report.passed, str(report)
+
