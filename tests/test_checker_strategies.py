@@ -224,3 +224,19 @@ def test_a_list_of_tensors_is_refused_with_a_message_that_says_so():
     x = seeded_randn(3, 5, seed=10)
     with pytest.raises(UsageError, match="list of tensors"):
         check_backward(lambda tensors: torch.cat(tensors), [x, x])
+
+
+def test_a_cut_error_message_never_leaves_a_bracket_open():
+    from backward_check.calling import clip
+    message = "RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+    cut = clip(message, 90)
+    assert cut.endswith(" ...") and cut.count("(") == cut.count(")") and len(cut) <= 94, cut
+    assert clip("short (and whole)") == "short (and whole)"
+
+
+def test_a_report_that_could_not_decide_never_says_clean():
+    """bfloat16 inside: finite differences cannot decide, and the head line says so instead of 'clean'."""
+    report = check_backward(sin_computed_in(torch.bfloat16, 1.0), seeded_randn(3, 5, seed=8), grow=False)
+    head = str(report).splitlines()[0]
+    assert report.clean and not report.decided and "clean" not in head.replace("not a clean bill", ""), head
+    assert "could not decide" in head and "??" in str(report)

@@ -2,8 +2,9 @@
 The backward checker beside gradcheck and opcheck, on the same code
 ===================================================================
 
-Runs three tools over the checker's zoos (tests/checker_zoo*.py): every planted bug, which each
-tool should flag, and the legal code, which none should. The tools:
+Runs three tools over the checker's zoos (tests/checker_zoo*.py, the blind one among them): every
+planted bug, which each tool should flag (the checker with exactly its traps), and the legal code,
+which none should. The tools:
 
   checker    practice/backward_checker.py's check_backward, with the case's torch reference (and,
              for the third zoo, without one: finite differences), and the seconds it took
@@ -29,7 +30,8 @@ from backward_check.calling import Op  # noqa: E402
 
 import torch  # noqa: E402
 from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, dgelu  # noqa: E402
-from checker_zoo_planted import PLANTED  # noqa: E402
+from checker_zoo_blind import BLIND_ALSO, BLIND_LEGAL, BLIND_PLANTED  # noqa: E402
+from checker_zoo_planted import MULTIPLE, PLANTED  # noqa: E402
 
 
 def float64(value):
@@ -40,7 +42,8 @@ def float64(value):
 
 def gradcheck_verdict(op, args, kwargs):
     """gradcheck on float64 copies, every argument bound to the forward's signature, as the checker binds it."""
-    options = {k: kwargs.pop(k) for k in list(kwargs) if k == "no_grad"}  # the checker's, not the op's
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in ("no_grad", "second_order")}  # the checker's
+    options.pop("second_order", None)
     bound = Op(op, args, kwargs, **options)
     call = op.apply if isinstance(op, type) else op
     positional = [s for s in bound.slots if not isinstance(s.key, str)]
@@ -147,12 +150,19 @@ def main(argv=None):
     ops = custom_ops()
     rows, misses = [], 0
     without_reference = {case: (op, a, k, None) for case, (op, a, k) in LEGAL_WITHOUT_REFERENCE.items()}
-    for kind, zoo in (("planted", PLANTED), ("legal", LEGAL), ("legal, no reference", without_reference)):
+    multiple = {case: (op, a, k, r, tuple(sorted(traps))) for case, (op, a, k, r, traps) in MULTIPLE.items()}
+    blind_planted = {case: (op, a, {**o, **k}, r, tuple(sorted((t, *BLIND_ALSO.get(case, ())))))
+                     for case, (op, a, k, r, o, t) in BLIND_PLANTED.items()}
+    blind_legal = {case: (op, a, {**o, **k}, r) for case, (op, a, k, r, o) in BLIND_LEGAL.items()}
+    zoos = (("planted", {c: (*e[:4], (e[4],)) for c, e in PLANTED.items()}), ("several traps", multiple),
+            ("planted blind", blind_planted), ("legal", LEGAL), ("legal blind", blind_legal),
+            ("legal, no reference", without_reference))
+    for kind, zoo in zoos:
         for case, entry in zoo.items():
             op, call_args, kwargs, reference = entry[:4]
-            want = entry[4] if kind == "planted" else None
+            want = entry[4] if len(entry) > 4 else None
             report = check_backward(op, *call_args, reference=reference, **kwargs)
-            ok = report.traps == [want] if want else report.clean
+            ok = tuple(sorted(report.traps)) == want if want else report.clean
             misses += not ok
             checker = ", ".join(report.traps) or "clean"
             opcheck = opcheck_verdict(ops[case], call_args) if case in ops and kind == "planted" else "does not apply"

@@ -48,7 +48,7 @@ EVERY_OUTPUT_USED = Trap("assumes every output is used",
 WRONG_FORWARD = Trap("a wrong forward", "Chapter 12: check the forward against an oracle first",
                      "fix the forward (or, if it is right, the reference)")
 SECOND_ORDER = Trap("a silently wrong second derivative", "Chapter 16: a kernel's output carries no graph",
-                    "refuse create_graph=True loudly (once_differentiable), or build backward from differentiable ops")
+                    "refuse create_graph=True loudly (raise in backward when torch.is_grad_enabled(), as hardened_ops.py does), or build backward from differentiable ops")
 WRONG_FORMULA = Trap("a wrong formula", "Chapter 16", "derive the local derivative again, and test it against the reference")
 CRASHES = Trap("crashes", "", "run the failing call yourself: the message says where")
 
