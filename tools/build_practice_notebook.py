@@ -124,9 +124,13 @@ def checker_code():
         if "\'\'\'" in text or text.endswith("\\\n"):
             raise SystemExit(f"practice/backward_check/{module}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
         sources.append(f'    "{module}": r\'\'\'\n{text}\'\'\',\n')
+    # What the exercises' grading imports from the package, as exercise_kit.py imports it.
+    kit = ast.parse((PRACTICE / "exercise_kit.py").read_text())
+    grading = "".join(ast.unparse(node) + "  # noqa: E402\n" for node in kit.body
+                      if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("backward_check."))
     return (CHECKER_TITLE + "import sys\nimport types\n\nBACKWARD_CHECK = {  # module: its source\n"
             + "".join(sources) + "}\n" + PACKAGE_LOADER.replace(
-                "{GIVEN}", "{" + ", ".join(f'"{name}": {name}' for name in given) + "}"))
+                "{GIVEN}", "{" + ", ".join(f'"{name}": {name}' for name in given) + "}") + grading)
 
 
 QUESTION_PROMPT = "**Your prediction** (double-click this cell to write it, then run the next cell):"
@@ -146,7 +150,7 @@ EXERCISE_CELLS = [("GELUNoChainRule",), ("GELUFirstElement",), ("GELUSharedDeriv
                   ("CrossEntropyInPlace",)]
 GRADING_BLOCKS = ("random_input", "one_input", "two_inputs", "rows_and_weights", "logits_input", "sequence_input",
                   "logits_and_targets", "gelu_reference", "causal_conv_reference", "Exercise", "EXERCISES", "grade",
-                  "hint", "score")
+                  "is_solved", "hint", "score")
 
 
 def joined(blocks, names):
