@@ -33,6 +33,7 @@ Runs on a GPU, or on the CPU through Triton's interpreter.
 import argparse
 import importlib.util
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -183,4 +184,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Leave without tearing the interpreter down: the autograd engine's device threads, which call into the
+    # Python backwards checked here, can abort the process during that teardown (pytorch/pytorch#38228; seen
+    # on an H200: "terminate called without an active exception", exit 134, after every report was out).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

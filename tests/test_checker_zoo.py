@@ -120,3 +120,14 @@ def test_a_refused_or_right_double_backward_is_clean(case):
     report = check_backward(op, *args, reference=reference, second_order=True, **kwargs)
     assert report.clean and "create_graph=True" in report.passed, str(report)
 
+
+
+def test_a_cache_filled_before_the_check_is_named_as_state():
+    """A derivative cached by shape, filled by a call before the checker ran: wrong from the checker's first
+    call, right on a shape the op has not seen, so kept state, not a wrong formula."""
+    from checker_zoo_blind import CubeCachedDerivative
+    op, args, kwargs, reference, options, trap = BLIND_PLANTED["cube_derivative_cached_on_class"]
+    earlier = seeded_randn(*args[0].shape, seed=99).requires_grad_(True)
+    (CubeCachedDerivative.apply(earlier) * 1.0).sum().backward()
+    report = check_backward(op, *args, reference=reference, **options, **kwargs)
+    assert report.traps == ["keeps state between calls"], str(report)

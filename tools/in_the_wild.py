@@ -105,7 +105,7 @@ CASES = (
          "setup_fla_l2warp"),
     Case("fla-gelu-bias", "fla-core", "0.5.0", "0.5.1",
          ("https://github.com/fla-org/flash-linear-attention/pull/921",),
-         "one gradient per input (Chapter 15)", "crashes",
+         "one gradient per input (Chapter 15)", "returns the wrong gradients",
          "GeLUFunction.backward returned (tmp, tmp), a pair of pairs, for (input, bias). No test called "
          "its backward; the first one to do so raises.",
          "setup_fla_gelu"),
@@ -343,7 +343,7 @@ def child(case_name, site):
     if not located.startswith(str(Path(site).resolve())):
         raise SystemExit(f"{dist} {version} came from {located}, not from {site}")
     if case is None:
-        result = dict(version=version, findings=sweep(check_backward))
+        result = dict(version=version, findings=sweep(check_backward), probes=sweep_probes())
     else:
         call = globals()[case.setup]()
         checker = run_checker(check_backward, call["fn"], call["args"], call["kwargs"], call["reference"],
@@ -395,8 +395,10 @@ def sweep_calls():
         ("softmax", _find(ops + "softmax:LigerSoftmaxFunction"), (x,), {}, lambda input_: torch.softmax(input_, -1)),
         ("DyT", _find(ops + "dyt:LigerDyTFunction"), (x, torch.tensor([0.5]), _randn(40, seed=11), _randn(40, seed=12)),
          {}, lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + beta),
+        # y_true is the target distribution: the library takes no gradient for it, so it is the
+        # library's to keep fixed (no_grad), not the checker's to differentiate.
         ("KL divergence", _find(ops + "kl_div:LigerKLDivLossFunction"),
-         (torch.log_softmax(_randn(6, 40, seed=13), -1), probs), {},
+         (torch.log_softmax(_randn(6, 40, seed=13), -1), probs), {"no_grad": ("y_true",)},
          lambda y_pred, y_true, reduction="batchmean", log_target=False, eps=1e-10:
          F.kl_div(y_pred, y_true, reduction=reduction, log_target=log_target)),
         ("GroupNorm", _find(ops + "group_norm:LigerGroupNormFunction"),
@@ -415,6 +417,69 @@ def sweep(check_backward):
         result = run_checker(check_backward, fn, args, kwargs, reference, f"{fn.__name__}")
         findings.append(dict(label=label, function=fn.__name__, **result))
     return findings
+
+
+def sweep_probes():
+    """Each flag of the sweep provoked by hand, without the checker: (Function, what the probe does, what it
+    saw, whether the trap showed). A flag is real where its probe shows it."""
+    import torch
+    import torch.nn.functional as F
+    ops = "liger_kernel.ops."
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, target = _randn(6, 40, seed=1).to(device), _targets(6, 40, seed=4).to(device)
+    g = _randn(6, 40, seed=21).to(device)
+
+    def transposed_logits():
+        ce = _find(ops + "cross_entropy:LigerCrossEntropyFunction")
+
+        def grad(transposed):
+            leaf = (x.t().contiguous().t() if transposed else x.clone()).requires_grad_(True)
+            passed = leaf.t().contiguous().t() if transposed else leaf.clone()  # a non-leaf, laid out as leaf
+            out = ce.apply(passed, target, None)
+            return torch.autograd.grad(out[0] if isinstance(out, tuple) else out, leaf)[0]
+        right, transposed = grad(False), grad(True)
+        off = ((transposed - right).norm() / right.norm()).item()
+        return (f"the gradient for logits laid out transposed (the same values) is {off:.3g} (relative) off the "
+                f"contiguous one", off > 1e-3)
+
+    def frozen_hidden_states():
+        flce = _find(ops + "fused_linear_cross_entropy:LigerFusedLinearCrossEntropyFunction")
+        hidden, weight = _randn(6, 16, seed=5).to(device), (_randn(40, 16, seed=6) * 0.3).to(device)
+        bias, labels = _randn(40, seed=8).to(device), _targets(6, 40, seed=7).to(device)
+        w, w_ref = weight.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        out = flce.apply(hidden, w, labels, bias)
+        (out[0] if isinstance(out, tuple) else out).backward()
+        F.cross_entropy(F.linear(hidden, w_ref, bias), labels).backward()
+        return (f"with the hidden states frozen and the weight trained, weight.grad is "
+                f"{'None' if w.grad is None else 'set'}; torch's has norm {w_ref.grad.norm().item():.3g}",
+                w.grad is None)
+
+    def grad_output_written():
+        rms = _find(ops + "rms_norm:LigerRMSNormFunction")
+        leaf, kept = x.clone().requires_grad_(True), g.clone()
+        torch.autograd.grad(rms.apply(leaf, _randn(40, seed=9).to(device), 1e-6), leaf, g)
+        changed = (g - kept).abs().max().item()
+        return f"grad_output changed during the backward by up to {changed:.3g}", changed > 0
+
+    def input_written():
+        swiglu = _find(ops + "swiglu:LigerSiLUMulFunction")
+        a, b = x.clone().requires_grad_(True), _randn(6, 40, seed=2).to(device).requires_grad_(True)
+        passed = a.clone()
+        before = passed.detach().clone()
+        torch.autograd.grad(swiglu.apply(passed, b.clone()), [a, b], g)
+        changed = (passed.detach() - before).abs().max().item()
+        return f"its input changed during the backward by up to {changed:.3g}", changed > 0
+
+    probes = []
+    for function, probe in (("LigerCrossEntropyFunction", transposed_logits),
+                            ("LigerFusedLinearCrossEntropyFunction", frozen_hidden_states),
+                            ("LigerRMSNormFunction", grad_output_written), ("LigerSiLUMulFunction", input_written)):
+        try:
+            saw, shown = probe()
+        except Exception as error:  # noqa: BLE001  (a probe that cannot run shows nothing)
+            saw, shown = f"the probe raised {type(error).__name__}: {' '.join(str(error).split())[:120]}", False
+        probes.append((function, saw, shown))
+    return probes
 
 
 # ---------------------------------------------------------------------------
@@ -594,6 +659,9 @@ def print_sweep(result):
     print("-+-".join("-" * w for w in widths))
     for r in rows:
         print(" | ".join(v.ljust(w) for v, w in zip(r, widths)))
+    print("\n-- each flag provoked by hand, without the checker:")
+    for function, saw, shown in result.get("probes", []):
+        print(f"   {function}: {saw}: {'the trap shows' if shown else 'NOT shown'}")
     return True
 
 

@@ -18,7 +18,7 @@ from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, relative_error
 
 # autograd's own words when it refuses what a backward returned
 RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gradient",
-                        "returned a gradient different than None")
+                        "returned a gradient different than None", "expected Variable or None")
 
 
 DIFFERENCED = "differenced for the right gradient"

@@ -3,6 +3,7 @@ or drops it (Chapter 15: one gradient per input, each like its input)."""
 import torch
 
 from .calling import backward_method, carries_gradient
+from .context import OpRaised
 from .report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
 
 
@@ -17,7 +18,10 @@ def direct_backward(context, frozen=()):
         try:
             returned = backward(node, *all_grad_outputs(run, g, materialize=True))
         except Exception:  # noqa: BLE001  after ctx.set_materialize_grads(False) autograd passes None instead
-            returned = backward(node, *all_grad_outputs(run, g, materialize=False))
+            try:
+                returned = backward(node, *all_grad_outputs(run, g, materialize=False))
+            except Exception as error:  # noqa: BLE001  (the op's own raise)
+                raise OpRaised("backward called directly", error) from error
     return (returned if isinstance(returned, tuple) else (returned,)), run
 
 

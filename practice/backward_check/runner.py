@@ -59,9 +59,9 @@ CHECKS = (
           "the forward, with every input wanting a gradient and each frozen in turn, must not change an argument "
           "it does not declare (ctx.mark_dirty); a sibling that saved the same tensor shows the damage"),
     Check(RANDOM, values.random_grad_output,
-          (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART),
+          (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART, KEEPS_STATE),
           "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output = 1, "
-          "each output's grad_output alone, 2 and 5 everywhere", undecided_after=(SAME_CALL,)),
+          "each output's grad_output alone, 2 and 5 everywhere, a shape the op has not seen", undecided_after=(SAME_CALL,)),
     Check("writes in the backward", writes.backward_writes, (MUTATES_GRAD_OUTPUT, WRITES),
           "the backward, with every input wanting a gradient and each frozen in turn, must leave grad_output, the "
           "arguments and the outputs alone"),
@@ -148,7 +148,7 @@ def run_set(context, options):
             outcomes.append(Undecided(check.name, UNDECIDED_BECAUSE[blocker] + context.where(), because=blocker))
             continue
         got = attempt(check, context)
-        if any(isinstance(o, Finding) for o in got):
+        if any(isinstance(o, Finding) and o.trap in check.traps for o in got):  # its own finding, not a raise
             found_by.add(check.name)
         outcomes += got
     return outcomes

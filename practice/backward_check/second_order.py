@@ -2,6 +2,7 @@
 import torch
 
 from .calling import forward
+from .context import OpRaised
 from .report import SECOND_ORDER, Finding, Passed, Undecided
 from .truth import TOLERANCE, flat, relative_error
 
@@ -26,6 +27,8 @@ def second_order(context, check):
         got = penalty(context, None, g)
     except RuntimeError:  # refused: the safe answer
         return [Passed(check)]
+    except Exception as error:  # noqa: BLE001  (any other raise is the op's, under create_graph=True)
+        raise OpRaised("under create_graph=True", error) from error
     if context.reference is None:
         if got is None:
             return [Undecided(check, "with create_graph=True the gradient carries no graph, which is right only for "

@@ -1,6 +1,6 @@
 """State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
 from .report import KEEPS_STATE, Finding, Passed, Undecided
-from .strategies import jittered
+from .strategies import grow, growth_plans, jittered, randn
 from .truth import TOLERANCE, Truth, flat, relative_error
 
 # Two calls of a stateless op give the same gradient, but for the order of a nondeterministic sum
@@ -63,6 +63,24 @@ def between_calls(context, check):
                                     f"backward used what the other call left behind", input=context.arg(i)))
             break
     return outcomes or [Passed(check)]
+
+
+def right_on_a_new_shape(context, i):
+    """Whether input i's gradient is right on values of a shape the op has not seen (the given ones, grown):
+    where it is wrong for the given shape and right for a new one, the backward keeps something per shape
+    (a cache filled by an earlier call, before the checker ran perhaps). Needs a reference."""
+    plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
+    if not plans or not context.truth.by_reference:
+        return False
+    values = grow(context.values, plans[-1])
+    try:
+        truth = Truth(context.op, values, context.reference, context.graded_positions)
+        outputs = context.run("on values of a new shape", values=values, made_up=True).graded
+        g = [randn(o.shape, o, f"a new shape {k}", context.base) for k, o in enumerate(outputs)]
+        got = context.vjp(g, "on values of a new shape", values=values, made_up=True)
+        return truth.expected(g).error(got[i], i, values[i].shape) <= 1.0
+    except Exception:  # noqa: BLE001  (the op or the reference refuses the new shape: nothing to tell)
+        return False
 
 
 def stale(context, check, other, b, alone):

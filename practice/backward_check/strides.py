@@ -119,14 +119,15 @@ def transposed_inputs(context, check):
                                     f"values), the forward's output is {off:.3g} (relative) off{context.where()}",
                                     input=context.arg(i)))
             continue
+        ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
         try:
             got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} laid out transposed")
         except OpRaised as raised:
             outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} laid out transposed, "
-                                    f"but the backward raises: {raised.message}{context.where()}",
+                                    f"and the backward takes it contiguous, but raises for it transposed: "
+                                    f"{raised.message}{context.where()}",
                                     input=context.arg(i), error=type(raised.error).__name__))
             continue
-        ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
         differ = context.same(got, ref)
         if differ and read_with_input_strides(context, i, 0, values[i], [t.clone() for t in g]):
             outcomes.append(Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} laid "

@@ -40,10 +40,11 @@ def frozen_inputs(context, check):
         differ = context.same(got, everyone, others)
         if differ:
             j = min(differ)
-            what = "None" if got[j] is None else f"{differ[j]:.3g} (relative) off"
+            what = ("None, though it has one" if got[j] is None else
+                    f"{differ[j]:.3g} (relative) off the one it has")
             return [Finding(check, RETURNS_WRONG, f"with {context.arg(i)} frozen (requires_grad=False), "
-                                                  f"{context.arg(j)}'s gradient is {what} the one it has with every "
-                                                  f"input wanting a gradient{context.where()}", input=context.arg(j))]
+                                                  f"{context.arg(j)}'s gradient is {what} with every input wanting "
+                                                  f"a gradient{context.where()}", input=context.arg(j))]
     return [Passed(check)]
 
 

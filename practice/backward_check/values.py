@@ -3,9 +3,10 @@ right one, input by input; a wrong gradient is diagnosed by the ladder in diagno
 import torch
 
 from .calling import is_function
+from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
+                     UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
 from .returned import direct_backward
-from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT,
-                     WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
+from .state import right_on_a_new_shape
 from .strategies import BLOCK, describe_shapes, uniform_like
 from .truth import FORWARD_WRONG, TOLERANCE, flat
 
@@ -112,6 +113,10 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                  "the one for some single value of grad_output everywhere, neither its first element nor its mean")
         return finding(UNIFORM_GRAD_OUTPUT, f"right for grad_output = 2 and 5 everywhere, wrong for a random one "
                                             f"({off:.3g} off, relative); the gradient is {which}")
+    if not context.grown and right_on_a_new_shape(context, i):
+        return finding(KEEPS_STATE, f"the gradient is {off:.3g} (relative) off, but right on values of a shape the "
+                                    f"op had not seen: the backward keeps something per shape that an earlier call "
+                                    f"left behind")
     return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
                                   f"random one{wrong_share(got[i], expected, i)})")
 
