@@ -626,15 +626,15 @@ class RefusesCreateGraph(torch.autograd.Function):
         return x * x.abs()
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
         x, = ctx.saved_tensors
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled():  # create_graph=True: refused, loudly
             raise RuntimeError("no double backward")
         return g * 2 * x.abs()
 
 
 class NoDoubleBackwardReference(torch.autograd.Function):
+    """x * |x| again, as a reference: its first derivative right, and no double backward of its own."""
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -740,6 +740,8 @@ LEGAL = {
     "a chunked float32 scan": (ChunkedCumsum, (seeded_randn(4, 300, seed=77) + 100,), {}, lambda x: x.cumsum(-1)),
     "a reference that closes over a fixed-size tensor": (Decay, (x35(),), {}, lambda x: x * FIXED_DECAY),
     "a square matrix, checked square": (MatrixSquare, (seeded_randn(5, 5, seed=78),), {}, lambda x: x @ x),
+    "create_graph refused, its reference without a double backward": (RefusesCreateGraph, (x35(),), {},
+                                                                        NoDoubleBackwardReference.apply),
 }
 
 # Without a reference: finite differences, including a kernel that computes in float32 under

@@ -114,7 +114,8 @@ def test_a_silently_wrong_second_derivative_is_named_only_when_asked():
     assert "a silently wrong second derivative" in report.traps, str(report)
 
 
-@pytest.mark.parametrize("case", ["hardened TritonGELU", "hardened TritonSquare", "torch ops inside"])
+@pytest.mark.parametrize("case", ["hardened TritonGELU", "hardened TritonSquare", "torch ops inside",
+                                  "create_graph refused, its reference without a double backward"])
 def test_a_refused_or_right_double_backward_is_clean(case):
     op, args, kwargs, reference = LEGAL[case]
     report = check_backward(op, *args, reference=reference, second_order=True, **kwargs)
