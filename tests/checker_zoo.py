@@ -742,6 +742,7 @@ LEGAL = {
     "a square matrix, checked square": (MatrixSquare, (seeded_randn(5, 5, seed=78),), {}, lambda x: x @ x),
     "create_graph refused, its reference without a double backward": (RefusesCreateGraph, (x35(),), {},
                                                                         NoDoubleBackwardReference.apply),
+    "torch ops inside, in bfloat16": (SinDifferentiable, (x35(dtype=torch.bfloat16),), {}, torch.sin),
 }
 
 # Without a reference: finite differences, including a kernel that computes in float32 under
@@ -770,4 +771,5 @@ LEGAL_WITHOUT_REFERENCE = {
     "integer target, eps, reduction string, two outputs": (CrossEntropyWithZLoss, logits_and_target(),
                                                            {"eps": 1e-6, "reduction": "none"}),
     "ReLU with an input exactly at its kink, 0": (torch.relu, (x35_with_a_zero(),), {}),
+    "an input laid out transposed, differenced as given": (torch.tanh, (x35().t(),), {}),
 }

@@ -115,7 +115,8 @@ def test_a_silently_wrong_second_derivative_is_named_only_when_asked():
 
 
 @pytest.mark.parametrize("case", ["hardened TritonGELU", "hardened TritonSquare", "torch ops inside",
-                                  "create_graph refused, its reference without a double backward"])
+                                  "create_graph refused, its reference without a double backward",
+                                  "torch ops inside, in bfloat16"])
 def test_a_refused_or_right_double_backward_is_clean(case):
     op, args, kwargs, reference = LEGAL[case]
     report = check_backward(op, *args, reference=reference, second_order=True, **kwargs)
