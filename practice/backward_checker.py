@@ -114,7 +114,10 @@ def inputs_for(module, function, name):
     make = provided(module, function, name, "example_inputs")
     if make is None:
         return default_inputs(function, name)
-    made = make() if callable(make) else make
+    try:
+        made = make() if callable(make) else make
+    except Exception as error:  # noqa: BLE001  (the reader's example_inputs failed, not the checker)
+        raise UsageError(f"example_inputs for {name} raised {type(error).__name__}: {clip(error, 160)}") from None
     if isinstance(made, dict):
         return (), made
     if isinstance(made, (tuple, list)):
@@ -161,9 +164,10 @@ def main(argv=None):
     for name in chosen:  # one Function's usage error does not stop the others
         try:
             positional, keywords = inputs_for(module, found[name], name)
-            report = check_backward(found[name], *positional, reference=provided(module, found[name], name, "reference"),
+            report = check_backward(found[name], Sample(*positional, **keywords),  # the op's own, whatever their names
+                                    reference=provided(module, found[name], name, "reference"),
                                     second_order=args.second_order, name=name,
-                                    no_grad=provided(module, found[name], name, "no_grad") or (), **keywords)
+                                    no_grad=provided(module, found[name], name, "no_grad") or ())
             invented = provided(module, found[name], name, "example_inputs") is None
             refused = [f.evidence for f in report.all_findings if f.trap is CRASHES and f.check == FORWARD]
             if invented and refused:  # the op's refusal of tensors the checker made up is no finding on the op

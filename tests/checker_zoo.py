@@ -666,6 +666,24 @@ class MatrixSquare(torch.autograd.Function):
         return g @ x.t() + x.t() @ g
 
 
+class BinaryCrossEntropy(torch.autograd.Function):
+    """A loss on probabilities, here near 1: values a checker scales past 1 leave its domain."""
+    @staticmethod
+    def forward(ctx, p, y):
+        ctx.save_for_backward(p, y)
+        return -(y * p.log() + (1 - y) * (1 - p).log()).mean()
+
+    @staticmethod
+    def backward(ctx, g):
+        p, y = ctx.saved_tensors
+        return g * (p - y) / (p * (1 - p)) / p.numel(), None
+
+
+def probabilities_near_one():
+    p = 0.9 + 0.09 * torch.rand(4, 6, generator=torch.Generator(device="cpu").manual_seed(81), device="cpu")
+    return p.to(DEVICE), (seeded_randn(4, 6, seed=82) > 0).float()
+
+
 def square(x):
     return x * x
 
@@ -743,6 +761,11 @@ LEGAL = {
     "create_graph refused, its reference without a double backward": (RefusesCreateGraph, (x35(),), {},
                                                                         NoDoubleBackwardReference.apply),
     "torch ops inside, in bfloat16": (SinDifferentiable, (x35(dtype=torch.bfloat16),), {}, torch.sin),
+    "two outputs, each of one input (one frozen, its output carries no gradient)": (
+        lambda x, y: (x * 2.0, y * 3.0), (x35(), x35(31)), {}, lambda x, y: (x * 2.0, y * 3.0)),
+    "probabilities near 1 (other values stay in range)": (BinaryCrossEntropy, probabilities_near_one(),
+                                                          {"no_grad": ("y",)},
+                                                          lambda p, y: torch.nn.functional.binary_cross_entropy(p, y)),
 }
 
 # Without a reference: finite differences, including a kernel that computes in float32 under
@@ -772,4 +795,6 @@ LEGAL_WITHOUT_REFERENCE = {
                                                            {"eps": 1e-6, "reduction": "none"}),
     "ReLU with an input exactly at its kink, 0": (torch.relu, (x35_with_a_zero(),), {}),
     "an input laid out transposed, differenced as given": (torch.tanh, (x35().t(),), {}),
+    "integer-valued inputs (exact in bfloat16 too), differenced": (
+        hardened_ops.TritonSquare, (torch.arange(15.0, device="cpu").reshape(3, 5).to(DEVICE),), {}),
 }

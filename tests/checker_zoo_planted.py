@@ -423,6 +423,44 @@ class WritesLogitsAndTransposed(torch.autograd.Function):
         return flat_rows * grad_output[:, None], None
 
 
+class AddOnesForBoth(torch.autograd.Function):
+    """x + y, whose backward hands back one tensor of ones for both: legal to share it, wrong to ignore g."""
+    @staticmethod
+    def forward(ctx, x, y):
+        return x + y
+
+    @staticmethod
+    def backward(ctx, g):
+        ones = torch.ones_like(g)  # BUG: g
+        return ones, ones
+
+
+class SquareSmallPath(torch.autograd.Function):
+    """A fast path for small inputs with the factor 2 left out: wrong on every small call, right on large ones."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * x if x.numel() <= 1024 else 2 * g * x  # BUG: 2 * g * x on both paths
+
+
+class RowMeanForwardMixedUp(torch.autograd.Function):
+    """Each row's mean, divided by the number of rows in the forward: a square input hides it."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.sum(-1) / x.shape[0]  # BUG: x.shape[-1]
+
+    @staticmethod
+    def backward(ctx, g):
+        rows, columns = ctx.shape
+        return g[:, None].expand(rows, columns) / columns
+
+
 def row_mean(x):
     return x.mean(-1)
 
@@ -507,6 +545,11 @@ PLANTED = {
                                                            "assumes a contiguous input"),
     "a wrong forward (a mean over one element too many)": (MeanOverWrongCount, (x35(),), {}, row_mean,
                                                            "a wrong forward"),
+    "one tensor of ones returned for both inputs": (AddOnesForBoth, (x35(), x35(31)), {}, lambda x, y: x + y,
+                                                    "ignores grad_output"),
+    "a small-input path with a wrong factor": (SquareSmallPath, (x35(),), {}, square, "a wrong formula"),
+    "a forward's shape[0] for shape[-1], hidden by a square input": (
+        RowMeanForwardMixedUp, (seeded_randn(5, 5, seed=34),), {}, row_mean, "a wrong forward"),
 }
 
 # Several traps in one op, each to be named: a finding never hides a check for another trap.

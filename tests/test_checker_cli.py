@@ -234,3 +234,42 @@ def test_the_command_line_makes_its_tensors_on_the_ops_device(tmp_path):
         assert backward_checker.main([str(module), "--function", "Good"]) == 0
         assert backward_checker.main([str(REPO / "practice/solutions.py"), "--function", "TritonMul",
                                       "--function", "RowLogSumExp"]) == 0
+
+
+def test_a_files_own_errors_are_usage_errors_and_its_argument_names_its_own(tmp_path):
+    """example_inputs that raise are the file's error, not the checker's; a forward parameter called `name`
+    (or `reference`) is the op's, never the checker's option."""
+    module = write(tmp_path, '''
+        import torch
+
+        class Broken(torch.autograd.Function):
+            @staticmethod
+            def example_inputs():
+                raise RuntimeError("no such device here")
+
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        class Named(torch.autograd.Function):
+            @staticmethod
+            def example_inputs():
+                return {"x": torch.randn(3, 5), "name": "scale", "reference": 2.0}
+
+            @staticmethod
+            def forward(ctx, x, name, reference):
+                ctx.factor = reference
+                return x * reference
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.factor, None, None
+    ''')
+    result = run(module)
+    assert result.returncode == 2 and "example_inputs for Broken raised RuntimeError" in result.stderr, result.stderr
+    assert "checker itself failed" not in result.stderr and "check_backward(Named): clean" in result.stdout, (
+        result.stdout + result.stderr)

@@ -240,3 +240,57 @@ def test_a_report_that_could_not_decide_never_says_clean():
     head = str(report).splitlines()[0]
     assert report.clean and not report.decided and "clean" not in head.replace("not a clean bill", ""), head
     assert "could not decide" in head and "??" in str(report)
+
+
+def test_an_op_with_a_generator_of_its_own_is_undecided_not_stateful():
+    """Its forward differs between two identical calls (a dropout on its own generator): no two calls can be
+    compared, and the report says so instead of blaming the backward."""
+    class OwnDropout(torch.autograd.Function):
+        generator = torch.Generator(device=DEVICE.type).manual_seed(5)
+
+        @staticmethod
+        def forward(ctx, x):
+            mask = (torch.rand(x.shape, generator=OwnDropout.generator, device=x.device) > 0.5).to(x.dtype) * 2
+            ctx.save_for_backward(mask)
+            return x * mask
+
+        @staticmethod
+        def backward(ctx, g):
+            mask, = ctx.saved_tensors
+            return g * mask
+    report = check_backward(OwnDropout, seeded_randn(3, 5, seed=11), grow=False)  # no reference can know its mask
+    assert report.clean and any("cannot seed" in u.reason for u in report.undecided), str(report)
+
+
+def test_an_op_that_refuses_the_nudged_values_is_undecided_not_a_traceback():
+    class CheckedSqrt(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if bool((x < 0).any()):
+                raise ValueError("negative input")
+            y = x.sqrt()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            y, = ctx.saved_tensors
+            return g / (2 * y)
+    x = seeded_randn(3, 5, seed=12).abs() + 1.0
+    x[0, 0] = 1e-7  # a finite-difference step below it leaves the domain
+    report = check_backward(CheckedSqrt, x, grow=False)
+    assert report.clean and any("refuses them" in u.reason for u in report.undecided), str(report)
+
+
+def test_a_no_grad_name_that_is_no_argument_is_a_usage_error():
+    x = seeded_randn(3, 5, seed=13)
+    with pytest.raises(UsageError, match=r"no_grad names \['tabel'\]"):
+        check_backward(lambda x, table: x * table, x, x, no_grad=("tabel",))
+    with pytest.raises(UsageError, match="no_grad names"):
+        check_backward(lambda x, table: x * table, x, x, no_grad=(True,))
+
+
+def test_create_graph_without_a_reference_is_undecided():
+    """A gradient that carries a graph may still be the wrong one: without a reference nothing can tell."""
+    report = check_backward(lambda x: x ** 3, seeded_randn(3, 5, seed=14), second_order=True, grow=False)
+    assert report.clean and any(u.check == "create_graph=True" for u in report.undecided), str(report)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "practice"))
-from backward_check.report import ALL_TRAPS  # noqa: E402
+from backward_check.report import ALL_TRAPS, RETURNS_WRONG  # noqa: E402
 from backward_check.runner import CHECKS  # noqa: E402
 
 PAGE = REPO / "docs" / "practice.md"
@@ -34,6 +34,8 @@ def markdown():
     lines += ["", "| trap | named by | from | what to do |", "|---|---|---|---|"]
     for trap in ALL_TRAPS:
         by = [c.name for c in CHECKS if trap in c.traps] or ["any check, where the op raises"]
+        if trap is RETURNS_WRONG:
+            by.append("any check, where autograd refuses what backward returned")
         lines.append(f"| {trap.name} | {'; '.join(by)} | {trap.section or 'where it raises'} | {trap.remedy} |")
     return "\n".join([BEGIN, *lines, END])
 

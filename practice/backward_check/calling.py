@@ -116,12 +116,18 @@ class Op:
             self.slots = [s for s in self.slots if not isinstance(s.key, str)]
         unsupported = [s.name for s in self.slots if _holds_tensors(s.value) or
                        (isinstance(s.value, torch.Tensor) and s.value.is_complex())]
+        if unsupported:
+            raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors or a complex tensor, "
+                             f"which the checker does not take: wrap the op in a function of real tensors")
+        unknown = [n for n in no_grad if isinstance(n, bool) or not isinstance(n, (str, int)) or
+                   (isinstance(n, str) and n not in {s.name for s in self.slots}) or
+                   (isinstance(n, int) and not 0 <= n < len(self.slots))]
+        if unknown:
+            raise UsageError(f"no_grad names {unknown}, which {self.name} has no argument of: it takes "
+                             f"{[s.name for s in self.slots]} (names, or positions from 0)")
         self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and s.name not in set(no_grad)
                        and i not in set(no_grad)]
         if not self.inputs:
-            if unsupported:
-                raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors or a complex tensor, "
-                                 f"which the checker does not take: wrap the op in a function of real tensors")
             raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for; pass the "
                              f"op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
         empty = [self.slots[i].name for i in self.inputs if self.slots[i].value.numel() == 0]
@@ -148,10 +154,6 @@ class Op:
     @property
     def values(self):
         return [s.value for s in self.slots]
-
-    def input_name(self, i):
-        """How a report names differentiable input i: by its parameter name, when there are several."""
-        return f"input `{self.slots[i].name}`"
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -226,14 +228,24 @@ class Run:
     graded: list           # the outputs that carry a gradient
     raw: object = None     # what the op returned, as it returned it
 
-    def grad(self, grad_outputs, retain_graph=False, only=None):
+    def grad(self, grad_outputs, retain_graph=False, only=None, positions=None):
         """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none).
-        only: the graded outputs to take it of (the others unused: autograd hands their backward zeros,
+        positions: where, among all outputs, each grad_output's output is (those that carried a gradient
+        with every input wanting one): an output that carries none here (it depends on a frozen input
+        alone) is left out with its grad_output, so no grad_output meets another's output.
+        only: which of those to take it of (the others unused: autograd hands their backward zeros,
         or None after ctx.set_materialize_grads(False)); grad_outputs then one for each of those."""
         wanted = [leaf for leaf in self.leaves if leaf is not None]
         if not wanted:
             return [None] * len(self.leaves)
-        outputs = self.graded if only is None else [self.graded[k] for k in only]
+        if positions is None:
+            positions = [k for k, t in enumerate(self.outputs) if carries_gradient(t)]
+        chosen = range(len(positions)) if only is None else only
+        pairs = [(self.outputs[positions[j]], g) for j, g in zip(chosen, grad_outputs)
+                 if positions[j] < len(self.outputs) and carries_gradient(self.outputs[positions[j]])]
+        if not pairs:
+            return [None] * len(self.leaves)
+        outputs, grad_outputs = zip(*pairs)
         grads = iter(torch.autograd.grad(outputs, wanted, grad_outputs, allow_unused=True,
                                          retain_graph=retain_graph))
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
@@ -242,7 +254,7 @@ class Run:
 def seeded_call(op, passed, fn=None):
     """op.call with torch's random generators seeded alike for every call (and restored after), so that
     an op that draws random numbers (a dropout) gives the same answer twice, as a stateless op must."""
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(17)
         return op.call(passed, fn=fn)

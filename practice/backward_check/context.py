@@ -11,10 +11,10 @@ import functools
 
 import torch
 
-from .calling import carries_gradient, clip, forward
+from .calling import UsageError, carries_gradient, clip, forward
 from .report import CRASHES, RETURNS_WRONG
 from .strategies import describe_shapes, randn
-from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, relative_error
+from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, narrowest, relative_error
 
 # autograd's own words when it refuses what a backward returned
 RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gradient",
@@ -26,7 +26,8 @@ DIFFERENCED = "differenced for the right gradient"
 
 class OpRaised(Exception):
     """The op raised where the checker called it. made_up: on values the checker made up (grown,
-    transposed, other values), which an op may refuse loudly."""
+    transposed, other values), which an op may refuse loudly. trap: what a raise there means (a
+    crash, or a wrong gradient returned where autograd's own words say so)."""
 
     def __init__(self, what, error, trap=CRASHES, made_up=False):
         super().__init__(what)
@@ -39,16 +40,12 @@ class OpRaised(Exception):
         return clip(f"{type(self.error).__name__}: {self.error}")
 
 
-def computed_precision(tensors):
+def computed_precision(tensors, inputs=()):
     """The narrowest floating-point dtype whose numbers every output is exactly (float32 outputs of a
-    kernel that computes in bfloat16 are all bfloat16 numbers)."""
-    values = torch.cat([flat(t) for t in tensors]) if tensors else torch.zeros(0, dtype=torch.float64)
-    values = values[values.isfinite()]
-    widest = max((t.dtype for t in tensors), key=lambda d: d.itemsize, default=torch.float32)
-    for narrow in (torch.bfloat16, torch.float16, torch.float32):
-        if values.numel() and narrow.itemsize < widest.itemsize and torch.equal(values, values.to(narrow).double()):
-            return narrow
-    return widest
+    kernel that computes in bfloat16 are all bfloat16 numbers); see truth.narrowest."""
+    return narrowest(torch.cat([flat(t) for t in tensors]) if tensors else None,
+                     max((t.dtype for t in tensors), key=lambda d: d.itemsize, default=torch.float32),
+                     list(inputs))
 
 
 class Context:
@@ -62,7 +59,7 @@ class Context:
         first = self.run("the forward")
         self.first = first
         self.outputs = [o.detach() for o in first.graded]
-        self.computed = computed_precision(self.outputs)
+        self.computed = computed_precision(self.outputs, [values[i] for i in op.inputs])
 
     # -- naming ------------------------------------------------------------------------------
 
@@ -91,37 +88,39 @@ class Context:
 
     # -- calls of the op ---------------------------------------------------------------------
 
-    def run(self, what, values=None, frozen=(), trap=CRASHES, made_up=False, dtype=None):
-        """The forward on fresh copies of values (these, by default)."""
+    def run(self, what, values=None, frozen=(), made_up=False):
+        """The forward on fresh copies of values (these, by default). On grown inputs every call is on values
+        the checker made up."""
         try:
-            return forward(self.op, frozen=frozen, dtype=dtype, values=self.values if values is None else values)
+            return forward(self.op, frozen=frozen, values=self.values if values is None else values)
         except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
-            raise OpRaised(what, error, trap, made_up) from error
+            raise OpRaised(what, error, made_up=made_up or self.grown) from error
 
-    def grads(self, run, grad_outputs, what, trap=CRASHES, made_up=False, retain_graph=False, only=None, raw=False):
-        """The gradients of run's outputs under grad_outputs, each copied as it comes back (raw=False), so a
-        backward that hands back a workspace it reuses cannot change them at its next call."""
+    def grads(self, run, grad_outputs, what, made_up=False, retain_graph=False, only=None, raw=False):
+        """The gradients of run's outputs under grad_outputs (one for each output that carries a gradient
+        with every input wanting one, in order), each copied as it comes back (raw=False), so a backward
+        that hands back a workspace it reuses cannot change them at its next call."""
         try:
-            grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only)
+            grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions)
         except Exception as error:  # noqa: BLE001
-            raise OpRaised(what, error, trap, made_up) from error
+            raise OpRaised(what, error, made_up=made_up or self.grown) from error
         return grads if raw else copies(grads)
 
-    def vjp(self, grad_outputs, what, values=None, frozen=(), trap=CRASHES, made_up=False, fresh=True, raw=False):
+    def vjp(self, grad_outputs, what, values=None, frozen=(), made_up=False, fresh=True, raw=False):
         """The op's gradients under grad_outputs, for every argument (None where it takes none). They are
         copied first (fresh=True), so a backward that writes into its grad_output spoils nothing else."""
         if fresh:
             grad_outputs = [g.clone() for g in grad_outputs]
-        run = self.run(what, values=values, frozen=frozen, trap=trap, made_up=made_up)
-        return self.grads(run, grad_outputs, what, trap=trap, made_up=made_up, raw=raw)
+        run = self.run(what, values=values, frozen=frozen, made_up=made_up)
+        return self.grads(run, grad_outputs, what, made_up=made_up, raw=raw)
 
-    def grad_of(self, loss, leaves, what, trap=CRASHES):
+    def grad_of(self, loss, leaves, what):
         """autograd.grad of a loss the check built around the op, for each of leaves (None where none)."""
         wanted = [x for x in leaves if x is not None]
         try:
             grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
         except Exception as error:  # noqa: BLE001
-            raise OpRaised(what, error, trap) from error
+            raise OpRaised(what, error, made_up=self.grown) from error
         return copies([next(grads) if x is not None else None for x in leaves])
 
     # -- the right gradient ------------------------------------------------------------------
@@ -139,7 +138,7 @@ class Context:
                 if error is not None and error <= FORWARD_WRONG:
                     truth.calibrate(error)
                 self._truth = truth
-            except (OpRaised, ValueError) as error:
+            except (OpRaised, UsageError) as error:
                 self._truth = error
             except Exception as error:  # noqa: BLE001  (finite differences call the op on nudged values)
                 self._truth = OpRaised(DIFFERENCED, error, made_up=True)
@@ -167,8 +166,17 @@ class Context:
         return self.truth.expected(grad_outputs)
 
     def noisy(self, expected, inputs=None):
-        """The inputs whose right gradient is too noisy to judge by (finite differences)."""
+        """The inputs whose right gradient is too loose to judge by: finite differences too noisy, or a
+        reference the forward is so far from that its gradients are held to more than NOISY."""
         return [i for i in (self.op.inputs if inputs is None else inputs) if expected.tolerance[i] > NOISY]
+
+    def why_loose(self, expected, i):
+        """Why input i's right gradient is too loose to judge by, for an Undecided line."""
+        if self.truth.by_reference:
+            return (f"the forward is {self.forward_error:.3g} (relative) off the reference{self.where()}, so its "
+                    f"gradients are held only to {expected.tolerance[i]:.2g}, too loose to judge")
+        return (f"finite differences for {self.arg(i)} are too noisy to decide (tolerance "
+                f"{expected.tolerance[i]:.2g}, relative){self.where()}: pass a reference")
 
     def errors(self, got, expected, inputs=None):
         """{input: error in tolerances} for the inputs whose gradient is wrong, less the noisy ones."""

@@ -68,8 +68,8 @@ def returned_gradients(context, check):
                                             f"(ctx.needs_input_grad[{i}] is False): autograd throws it away, and "
                                             f"the work is wasted", WASTED_GRADIENT))
                 continue
-            if grad.device != passed.device or (tuple(grad.shape) != tuple(passed.shape)
-                                                and not expandable(grad, passed)):
+            moved = grad.device != passed.device and grad.dim() > 0  # autograd moves a 0-dim gradient itself
+            if moved or (tuple(grad.shape) != tuple(passed.shape) and not expandable(grad, passed)):
                 return [Finding(check, RETURNS_WRONG, f"`{slot.name}` is {tuple(passed.shape)} on {passed.device}, "
                                                       f"but its gradient is {tuple(grad.shape)} on {grad.device}")]
             if tuple(grad.shape) != tuple(passed.shape):

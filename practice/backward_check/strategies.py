@@ -103,9 +103,15 @@ def transposed_copy(t):
 
 
 def jittered(t, name, base=0):
-    """Other values of t's shape and sign, in its regime: each scaled by a factor in (0.75, 1.25)."""
+    """Other values of t's shape and sign, in its regime: each scaled by a factor in (0.75, 1.25), and kept
+    within the given values' range (a probability stays a probability)."""
     factor = torch.rand(t.shape, generator=generator(name, base), dtype=torch.float64, device="cpu") * 0.5 + 0.75
-    return (t.detach().double() * factor.to(t.device)).to(t.dtype).contiguous()
+    values = t.detach().double()
+    finite = values[values.isfinite()]
+    scaled = values * factor.to(t.device)
+    if finite.numel():
+        scaled = torch.where(values.isfinite(), scaled.clamp(finite.min().item(), finite.max().item()), values)
+    return scaled.to(t.dtype).contiguous()
 
 
 # -- growing the inputs ------------------------------------------------------------------

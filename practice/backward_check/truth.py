@@ -56,6 +56,26 @@ def relative_error(got, right, typical=None):
     return max(d.norm().item() / size, d.abs().max().item() / largest)
 
 
+def narrowest(values, widest, inputs=()):
+    """The narrowest floating-point dtype below widest whose numbers every one of values (the outputs) is
+    exactly: float32 outputs of a kernel that computes in bfloat16 are all bfloat16 numbers. Where the
+    inputs, wider than that dtype, are themselves exact in it (integers, say), exact outputs say nothing
+    about the kernel, and that dtype is passed over."""
+    if values is None:
+        return widest
+    values = values[values.isfinite()]
+    for narrow in (torch.bfloat16, torch.float16, torch.float32):
+        if not values.numel() or narrow.itemsize >= widest.itemsize:
+            continue
+        if not torch.equal(values, values.to(narrow).double()):
+            continue
+        wider = [v.detach() for v in inputs if v.is_floating_point() and v.dtype.itemsize > narrow.itemsize]
+        if wider and all(torch.equal(v[v.isfinite()], v[v.isfinite()].to(narrow).to(v.dtype)) for v in wider):
+            continue
+        return narrow
+    return widest
+
+
 def flat(t):
     """A tensor as float64 and flat, for comparing (None stays None)."""
     return None if t is None else t.detach().double().reshape(-1)
@@ -149,7 +169,7 @@ class FiniteDifferences:
             start = time.perf_counter()
             self._outputs(self._copies(self.dtype))
             per_call = min(per_call, time.perf_counter() - start)
-        self.computed = self._computed_precision(base)
+        self.computed = narrowest(base, base.dtype, [values[i] for i in op.inputs])
         self.columns = {}
         for i in op.inputs:
             n = values[i].numel()
@@ -198,17 +218,6 @@ class FiniteDifferences:
         if not outs:
             return torch.zeros(0, dtype=torch.float64, device="cpu")
         return torch.cat([flat(o) for o in outs])
-
-    @staticmethod
-    def _computed_precision(values):
-        """The narrowest dtype whose numbers every output is exactly: float64 outputs that are all float32
-        numbers come from a kernel computing in float32 (and likewise bfloat16 and float16)."""
-        values = values[values.isfinite()]
-        for narrow in (torch.bfloat16, torch.float16, torch.float32):
-            if values.numel() and narrow.itemsize < values.dtype.itemsize and \
-                    torch.equal(values, values.to(narrow).to(values.dtype)):
-                return narrow
-        return values.dtype
 
     @staticmethod
     def _nudge(t, k, h):

@@ -16,17 +16,24 @@ def the_forward(context, check):
     where the given ones were right, a grid or mask that stops short); a little off, a note, and the
     gradients are held to the precision the forward achieves."""
     error = context.forward_error
-    if error > FORWARD_WRONG:
-        if context.grown and context.given is not None and context.given.forward_right:
+    precise = 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4)
+    given = context.given.forward_error if context.grown and context.given is not None else None
+    if context.grown and given is not None and given <= FORWARD_WRONG:
+        if error > FORWARD_WRONG:
             return [Finding(check, COVERS_PART, f"the forward matches the reference on the given inputs, but is "
                                                 f"{error:.3g} (relative) off it{context.where()}: its grid, or its "
                                                 f"mask, stops short")]
+        if given <= precise and error > 10 * max(given, precise):
+            return [Finding(check, WRONG_FORWARD, f"the forward is {given:.3g} (relative) off the reference on the "
+                                                  f"given inputs and {error:.3g} off it{context.where()}: a size it "
+                                                  f"gets wrong (a dimension mixed up, say), which the given shape hides")]
+    if error > FORWARD_WRONG:
         if context.grown:
             return []  # the given inputs' finding says it
         return [Finding(check, WRONG_FORWARD, f"the forward's output is {error:.3g} (relative) off the reference's: "
                                               f"a wrong forward, or the wrong reference; its gradients are not "
                                               f"judged against that reference")]
-    if error > 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4):
+    if error > precise:
         return [Note(check, f"the op's forward is {error:.3g} (relative) off the reference{context.where()}, so its "
                             f"gradients are held to {4 * error:.3g}", FORWARD_PRECISION)]
     return [Passed(check)]
@@ -44,9 +51,7 @@ def random_grad_output(context, check):
               for i in context.op.inputs if handed[i] is not None and handed[i].numel()}
     got = [None if t is None else t.detach().clone() for t in handed]
     expected = context.expected(g)
-    outcomes = [Undecided(check, f"finite differences for {context.arg(i)} are too noisy to decide (tolerance "
-                                 f"{expected.tolerance[i]:.2g}, relative){context.where()}: pass a reference")
-                for i in context.noisy(expected)]
+    outcomes = [Undecided(check, context.why_loose(expected, i)) for i in context.noisy(expected)]
     earlier_wrong = {f.input for f in context.earlier if isinstance(f, Finding) and f.check == check}
     for i in sorted(context.errors(got, expected)):
         if context.arg(i) not in earlier_wrong:
@@ -78,9 +83,14 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     narrow = narrowed(context, i)
     if narrow:
         return finding(RETURNS_WRONG, narrow)
-    if shared:
-        return finding(RETURNS_WRONG, f"its gradient and {context.arg(shared[0])}'s are one tensor (the backward "
-                                      f"returns one workspace for both), and its gradient is {off:.3g} (relative) off")
+    overwritten = [j for j in shared if expected.indices[j] is None and expected.indices[i] is None and
+                   expected.grads[j].shape == expected.grads[i].shape and
+                   expected.error(got[i], j, context.values[j].shape) <= 1.0 < expected.error(got[i], i, shape)]
+    if overwritten:
+        j = overwritten[0]
+        return finding(RETURNS_WRONG, f"its gradient and {context.arg(j)}'s are one tensor, holding {context.arg(j)}'s "
+                                      f"right gradient: the backward returns one workspace for both, and the "
+                                      f"second gradient overwrote the first ({off:.3g} off, relative)")
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
     if ones.error(got[i], i, shape) <= 1.0:
         return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
