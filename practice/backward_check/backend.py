@@ -1,11 +1,29 @@
-"""Where the kernels run: the GPU, or Triton's interpreter on the CPU (hardened_ops chooses).
+"""Where the kernels run: the GPU PyTorch sees, or else Triton's interpreter on the CPU.
 
-Triton reads TRITON_INTERPRET once, when it is first imported. If the reader's code imported it
-before this package could choose, the choice comes too late, and a "0 active drivers" error is
-that, not the op's fault: the checker then says so instead of reporting a crash."""
+The package chooses for itself, so it installs and runs on its own (pip install ./practice),
+without the book's scripts. Triton reads TRITON_INTERPRET once, when it is first imported: if the
+caller's code imported triton before this package could switch the interpreter on, the choice
+comes too late, and a "0 active drivers" error is that, not the op's fault: the checker then says
+so instead of reporting a crash. hardened_ops.py makes the same choice for the chapter's op."""
+import os
 import sys
-from pathlib import Path
+
+import torch
 
 TRITON_IMPORTED_FIRST = "triton" in sys.modules
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))  # the repository root, for hardened_ops
-from hardened_ops import BACKEND, DEVICE  # noqa: E402,F401  (picks the backend before triton is imported)
+SPELLINGS_OF_ON = ("1", "true", "yes", "y", "on")  # what Triton 3.7 reads as on; older ones read only "1"
+
+
+def choose_backend():
+    """(device, a sentence saying where the kernels run), switching the interpreter on where no GPU is."""
+    asked = os.environ.get("TRITON_INTERPRET", "").lower() in SPELLINGS_OF_ON
+    if not asked and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+        vendor = "ROCm" if torch.version.hip else "CUDA"
+        return device, f"running on {torch.cuda.get_device_name(device)} ({vendor})"
+    os.environ["TRITON_INTERPRET"] = "1"
+    why = "TRITON_INTERPRET=1" if asked else "no CUDA GPU visible"
+    return torch.device("cpu"), f"{why}: running on the CPU through the Triton interpreter"
+
+
+DEVICE, BACKEND = choose_backend()

@@ -78,12 +78,10 @@ LAYOUTS = {
     "after .sum(dim=-1) (stride 0 along the last dim)": after_sum_last,
     "after .sum() (all strides 0)": after_sum,
 }
-STRIDE_ZERO = {after_sum, after_sum_dim0, after_sum_last}
 
 
 def layouts_for(t, base=0):
-    """(label, grad_output, writable) for each layout that differs from contiguous for t's shape;
-    writable is False for the stride-0 ones, which torch refuses to write into in place."""
+    """(label, grad_output) for each layout that differs from contiguous for t's shape."""
     if t.dim() == 0 or t.numel() < 2:
         return []
     chosen = []
@@ -92,7 +90,7 @@ def layouts_for(t, base=0):
             continue
         g = make(t, f"layout {label}", base)
         if not g.is_contiguous():
-            chosen.append((label, g, make not in STRIDE_ZERO))
+            chosen.append((label, g))
     return chosen
 
 

@@ -19,7 +19,7 @@ def layouts(context, check):
     grad_output with the input's strides."""
     failures = []  # (trap, label, evidence, input, output, the layout, the grad_outputs made contiguous)
     for k, out in enumerate(context.outputs):
-        for label, g_layout, writable in layouts_for(out, context.base):
+        for label, g_layout in layouts_for(out, context.base):
             g = context.randoms(f"layouts, output {k}")
             g_contiguous = list(g)
             g[k], g_contiguous[k] = g_layout, g_layout.contiguous()
