@@ -25,7 +25,15 @@ spec = importlib.util.spec_from_file_location("in_the_wild", TOOL)
 wild = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wild)
 
-TRACKERS = {"liger-kernel": "linkedin/Liger-Kernel", "fla-core": "fla-org/flash-linear-attention"}
+TRACKERS = {"liger-kernel": "linkedin/Liger-Kernel", "fla-core": "fla-org/flash-linear-attention",
+            "unsloth": "unslothai/unsloth", "flash-attn": "Dao-AILab/flash-attention", "mamba-ssm": "state-spaces/mamba",
+            "cut-cross-entropy": "apple/ml-cross-entropy"}
+CASE_HEADS = ("case", "release", "checker (traps)", "gradcheck", "opcheck", "verdict")
+SWEEP_HEADS = ("op", "Function", "forward vs reference", "checker (traps)")
+
+
+def release_key(version):
+    return [int(part) for part in re.findall(r"\d+", version)]
 
 
 def run_tool(*args):
@@ -73,11 +81,11 @@ def test_the_case_table_is_consistent():
     for case in wild.CASES:
         assert case.expected in TRAPS, case.name
         assert all(trap in TRAPS for trap, _ in case.known), case.name
-        buggy, fixed = ([int(x) for x in v.split(".")] for v in (case.buggy, case.fixed))
-        assert buggy < fixed, case.name
-        assert callable(getattr(wild, case.setup)), case.name
+        assert release_key(case.buggy) < release_key(case.fixed), case.name
+        assert callable(getattr(wild.CASE_MODULE[case.name], case.setup)), case.name
         for link in case.links + tuple(link for _, link in case.known):
-            assert re.fullmatch(rf"https://github.com/{TRACKERS[case.dist]}/(issues|pull)/\d+", link), link
+            assert re.fullmatch(rf"https://github.com/{TRACKERS[case.dist]}/((issues|pull)/\d+|commit/[0-9a-f]{{40}}|"
+                                rf"blob/v[\d.]+/[\w/]+\.py(#L\d+)?)", link), link
         assert case.hid.strip() and len(case.hid) > 60, f"{case.name}: say how the bug hid"
 
 
@@ -87,11 +95,15 @@ def test_download_pins_the_gpu_machines_python_and_fetches_one_release_a_call(mo
     class Done:
         returncode = 0
     monkeypatch.setattr(wild.subprocess, "run", lambda command, **kw: calls.append(command) or Done())
+    fetched = []
+    monkeypatch.setattr(wild, "fetch_vendored", lambda wheels, dist, version, files: fetched.append(
+        f"{dist}=={version}") if files else pytest.fail("a release with no file named is installed whole"))
     assert wild.download(tmp_path) == 0
-    specs = [c[-1] for c in calls]
+    specs = [c[-1] for c in calls] + fetched
     for case in wild.CASES:
         assert f"{case.dist}=={case.buggy}" in specs and f"{case.dist}=={case.fixed}" in specs
-    assert "{}=={}".format(*wild.SWEEP_RELEASE) in specs
+    for module in wild.SWEEPS.values():
+        assert f"{module.SWEEP.dist}=={module.SWEEP.version}" in specs
     for command in calls:
         assert "--no-deps" in command and "--only-binary=:all:" in command
         assert command[command.index("--python-version") + 1] == "3.12"
@@ -127,25 +139,28 @@ def test_arguments_bind_to_the_real_signature_with_defaults():
     assert wild.positional(Op, (1, 2), {"eps": 3}) == [1, 2, None, "mean", 3]
 
 
-def table_rows(text):
-    """The rows of the results table (case | release | checker | gradcheck | opcheck | verdict)."""
-    names = {c.name for c in wild.CASES}
-    rows = []
+def rows_under(text, heads):
+    """The rows of every table, in the log's plain form or the page's markdown, whose header is heads."""
+    rows, inside = [], False
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0].strip("`") in names:
-            rows.append([c.strip("`") for c in cells])
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if tuple(cells) == heads:
+            inside = True
+        elif inside and line.strip() and set(line.strip()) <= set("-+|: "):
+            continue  # the line under the header
+        elif inside and "|" in line and len(cells) == len(heads):
+            rows.append(cells)
+        else:
+            inside = False
     return rows
+
+
+def table_rows(text):
+    return rows_under(text, CASE_HEADS)
 
 
 def sweep_rows(text):
-    """The rows of the sweep's table (op | Function | checker)."""
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[1].startswith("Liger") and cells[1].endswith("Function"):
-            rows.append(cells)
-    return rows
+    return rows_under(text, SWEEP_HEADS)
 
 
 def tree_of(log):
@@ -159,7 +174,8 @@ def test_the_page_quotes_only_what_the_logs_say():
         "provenance names the trees the page's logs measured"
     assert len(table_rows(log)) == 2 * len(wild.CASES)
     assert table_rows(doc) == table_rows(log) + table_rows(cpu), "the page's tables are the logs'"
-    assert sweep_rows(doc) == sweep_rows(log) and len(sweep_rows(log)) >= 10
+    assert sweep_rows(doc) == sweep_rows(log) and len(sweep_rows(log)) >= 40
+    assert len({dist for dist in wild.SWEEPS}) >= 4, "sweeps of at least four libraries"
     for case in wild.CASES:
         assert all(link in doc for link in case.links), case.name
     for quoted in re.findall(r"^> (.+)$", doc, flags=re.M):  # quoted report lines are the log's lines

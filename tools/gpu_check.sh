@@ -78,7 +78,7 @@ command_of() {
     check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
     pytest) echo "${with_notebook_site}$PYTHON -m pytest -n 8 -q -p no:cacheprovider" ;;
     notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
-    in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 6 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
+    in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
     vs_gradcheck) echo "$PYTHON tools/checker_vs_gradcheck.py" ;;
     sanitizer) echo "for s in 01_chained_expression 02_graph_structure 03_fan_in 04_standalone_complete; do $SANITIZER --tool memcheck --error-exitcode 1 $PYTHON \$s.py > /dev/null || exit 1; echo \"\$s: memcheck clean\"; done" ;;

@@ -4,28 +4,33 @@ The chapter's traps in real libraries
 
 Each case is a bug that a real library shipped, of a trap the chapter teaches, with the release
 that had it and the release that fixed it. For each release this installs the wheel into a
-folder of its own, imports it in a subprocess of its own (two versions never meet), and runs
-three tools on the library's real autograd.Function, called with its real arguments:
+folder of its own (or, for a library with a compiled extension or a heavy import, copies only its
+Triton op files there: tools/wild/common.py's VENDORED), imports it in a subprocess of its own
+(two versions never meet), and runs three tools on the library's real autograd.Function, called
+with its real arguments:
 
   * the repository's backward checker (practice/backward_checker.py) with a torch reference;
   * torch.autograd.gradcheck, in float64 (and, where the kernels compute in fp32 anyway, also
     in float32 with loose tolerances, since float64 finite differences then only measure rounding);
-  * torch.library.opcheck, where the op is a registered custom op (none of these are).
+  * torch.library.opcheck, where the op is a registered custom op.
 
 It prints one table and exits 0 only if every buggy release is flagged with its case's trap and
 every fixed release is clean (a trap present in both releases, with an open issue, is listed
-with the case as known and shown, not counted). --sweep runs the checker over a current
-Liger-Kernel release's public Functions with torch references and reports each flag.
+with the case as known and shown, not counted). --sweep also runs the checker over each
+library's current release: its public Functions, each against a torch reference whose agreement
+with the Function's own forward is printed beside it, and each flag provoked again by a probe of
+the library's module that does not use the checker. The libraries are tools/wild/<name>.py.
 
-    python tools/in_the_wild.py --download          # fetch the wheels into .wild-wheels/ (network)
-    python tools/in_the_wild.py [--case NAME] [--wheels DIR]    # on a machine with a CUDA GPU
-    python tools/in_the_wild.py --sweep [--wheels DIR]
+    python tools/in_the_wild.py --download          # fetch the releases into .wild-wheels/ (network)
+    python tools/in_the_wild.py [--case NAME] [--library NAME] [--wheels DIR]   # with a CUDA GPU
+    python tools/in_the_wild.py --sweep --jobs 8 --pin-autotune
     python tools/in_the_wild.py --list              # the cases, no GPU needed
 
-Exit status: 0 every release as expected (or the sweep ran); 1 a release not as expected;
-2 a usage error, a missing wheel, or no CUDA GPU. The kernels are Triton kernels, and Triton's
-interpreter is not the truth for them (one release behaved differently there), so without a GPU
-the verdicts would be no evidence: --interpret runs them anyway, marks them so, and exits 2.
+Exit status: 0 every release as expected (and every sweep ran); 1 a release not as expected, or a
+sweep that could not run; 2 a usage error, a missing wheel, or no CUDA GPU. The kernels are Triton
+kernels, and Triton's interpreter is not the truth for them (one release behaved differently
+there), so without a GPU the verdicts would be no evidence: --interpret runs them anyway, marks
+them so, and exits 2.
 """
 import argparse
 import dataclasses
@@ -39,217 +44,35 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+from wild import common  # noqa: E402
+from wild.common import Case, positional  # noqa: E402,F401  (positional: the tests bind with it)
+
 DEFAULT_WHEELS = REPO / ".wild-wheels"
 PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
                  "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"]
-EXTRA_WHEELS = {"fla-core": ["einops==0.8.1"]}  # pure-Python needs, installed only where missing
-SWEEP_RELEASE = ("liger-kernel", "0.8.5")
+LIBRARIES = ("liger", "fla", "unsloth", "flash_attn", "mamba", "cce")  # tools/wild/<name>.py, in the page's order
 RESULT_MARK = "@@RESULT "
 PIN_VARIABLE = "IN_THE_WILD_PIN_AUTOTUNE"
 
 
-@dataclasses.dataclass(frozen=True)
-class Case:
-    name: str
-    dist: str                 # the package's name on PyPI
-    buggy: str
-    fixed: str
-    links: tuple
-    trap_class: str           # the chapter's words
-    expected: str             # the checker's trap name for the buggy release
-    hid: str                  # how the bug hid: which test passed
-    setup: str                # the function below that builds the call
-    known: tuple = ()         # (trap, link): present in both releases, not this bug, an open issue
-    fp32_inside: bool = False  # the kernels compute in fp32 whatever the input's dtype
-
-
-KNOWN_CE_WRITE = ("writes into an input or a saved tensor", "https://github.com/linkedin/Liger-Kernel/issues/272")
-
-CASES = (
-    Case("liger-ce-none", "liger-kernel", "0.5.8", "0.5.9",
-         ("https://github.com/linkedin/Liger-Kernel/issues/678", "https://github.com/linkedin/Liger-Kernel/pull/680"),
-         "a uniform grad_output (17.1)", "assumes a uniform grad_output",
-         "LigerCrossEntropyFunction with reduction='none' multiplied every row's gradient by grad_output[0]. "
-         "The library's test compared gradients after backward(gradient=torch.ones_like(output)): every "
-         "row's grad_output was 1, so the wrong row was the right one.",
-         "setup_liger_ce", known=(KNOWN_CE_WRITE,), fp32_inside=True),
-    Case("liger-flce-none", "liger-kernel", "0.8.1", "0.8.2",
-         ("https://github.com/linkedin/Liger-Kernel/pull/1298",),
-         "a uniform grad_output (17.1)", "assumes a uniform grad_output",
-         "LigerFusedLinearCrossEntropyFunction with reduction='none' computes its gradients during forward "
-         "and scaled all three (input, weight, bias) by grad_output[0] in backward. The forward was right; "
-         "the gradient tests ran reduction='mean' and 'sum' only, where grad_output is one number.",
-         "setup_liger_flce", fp32_inside=True),
-    Case("fla-conv-dy-strides", "fla-core", "0.5.0", "0.5.1",
-         ("https://github.com/fla-org/flash-linear-attention/pull/871",),
-         "a non-contiguous grad_output (17.3)", "assumes a contiguous grad_output",
-         "causal_conv1d's backward kernel read dy with hard-coded strides (D, 1). The tests called "
-         "backward(dy) with dy = torch.randn(B, T, D), contiguous; in a model, torch.cat of q, k, v after "
-         "their convolutions hands each one a narrow view of the gradient.",
-         "setup_fla_conv", fp32_inside=True),
-    Case("fla-conv-dh0-strides", "fla-core", "0.5.2", "0.6.0",
-         ("https://github.com/fla-org/flash-linear-attention/issues/1138",
-          "https://github.com/fla-org/flash-linear-attention/pull/1139"),
-         "a non-contiguous grad_output, one input's gradient (17.3)", "assumes a contiguous grad_output",
-         "After PR #871, the kernel for the initial state's gradient still addressed dy's last dimension "
-         "with stride 1 and y with dy's strides. Only dh0 was wrong (dx, dweight, dbias right), and only "
-         "with a non-contiguous dy, which plain y.sum().backward() hands on (every stride 0); the tests "
-         "built their loss as (out * torch.randn_like(x)).sum(), so dy was contiguous.",
-         "setup_fla_conv_state", fp32_inside=True),
-    Case("fla-l2warp", "fla-core", "0.5.1", "0.5.2",
-         ("https://github.com/fla-org/flash-linear-attention/pull/963",),
-         "ignores grad_output (17.1)", "ignores grad_output",
-         "L2Wrap.backward returned the logits' penalty gradient without multiplying it by grad_output. "
-         "loss.backward() hands grad_output = 1, which hides it; loss scaling, gradient accumulation "
-         "and torch.autograd.grad(grad_outputs=k) do not.",
-         "setup_fla_l2warp"),
-    Case("fla-gelu-bias", "fla-core", "0.5.0", "0.5.1",
-         ("https://github.com/fla-org/flash-linear-attention/pull/921",),
-         "one gradient per input (Chapter 15)", "returns the wrong gradients",
-         "GeLUFunction.backward returned (tmp, tmp), a pair of pairs, for (input, bias). No test called "
-         "its backward; the first one to do so raises.",
-         "setup_fla_gelu"),
-)
-
-
-# ---------------------------------------------------------------------------
-# The calls: the real Function, its real arguments, a torch reference (run in the child)
-# ---------------------------------------------------------------------------
-
-def _randn(*shape, seed):
-    import torch
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _targets(n, classes, seed):
-    import torch
-    return torch.randint(0, classes, (n,), generator=torch.Generator().manual_seed(seed))
-
-
-def positional(fn, args, kwargs):
-    """args and kwargs bound to fn.forward's signature, defaults kept, as .apply takes them."""
-    bound = inspect.signature(fn.forward).bind(None, *args, **kwargs)
-    bound.apply_defaults()
-    return list(bound.arguments.values())[1:]
-
-
-def _pad(reference, fn, args, kwargs):
-    """reference returning one tensor, padded with None to as many outputs as fn returns."""
-    import torch
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.no_grad():
-        out = fn.apply(*[a.to(device, copy=True) if isinstance(a, torch.Tensor) else a
-                         for a in positional(fn, args, kwargs)])
-    count = len(out) if isinstance(out, tuple) else 1
-
-    def padded(*a, **k):
-        value = reference(*a, **k)
-        return value if count == 1 else (value, *([None] * (count - 1)))
-    padded.__name__ = reference.__name__
-    return padded
-
-
-def _find(*paths):
-    """The first of module:attr paths that imports (modules moved between releases)."""
+def library(name):
     import importlib
-    for path in paths:
-        module, _, attr = path.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError(f"none of {paths} imports")
+    return importlib.import_module(f"wild.{name}")
 
 
-def ce_reference(_input, target, weight=None, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
-                 reduction="mean", *rest, **extra):
-    import torch.nn.functional as F
-    return F.cross_entropy(_input, target, weight=weight, ignore_index=ignore_index,
-                           label_smoothing=label_smoothing, reduction=reduction)
+MODULES = {name: library(name) for name in LIBRARIES}
+CASES = tuple(case for module in MODULES.values() for case in module.CASES)
+CASE_MODULE = {case.name: module for module in MODULES.values() for case in module.CASES}
+SWEEPS = {module.SWEEP.dist: module for module in MODULES.values() if hasattr(module, "SWEEP")}
 
 
-def setup_liger_ce():
-    fn = _find("liger_kernel.ops.cross_entropy:LigerCrossEntropyFunction")
-    args, kwargs = (_randn(6, 40, seed=1), _targets(6, 40, seed=2), None), {"reduction": "none"}
-    small = (_randn(3, 5, seed=3), _targets(3, 5, seed=4), None, -100, 0.0, 0.0, "none")
-    return dict(fn=fn, args=args, kwargs=kwargs, reference=_pad(ce_reference, fn, args, kwargs), small=small,
-                clone=True)
-
-
-def flce_reference(_input, weight, target, bias=None, ce_weight=None, ignore_index=-100, lse_square_scale=0.0,
-                   label_smoothing=0.0, reduction="mean", *rest, **extra):
-    import torch.nn.functional as F
-    return F.cross_entropy(F.linear(_input, weight, bias), target, weight=ce_weight, ignore_index=ignore_index,
-                           label_smoothing=label_smoothing, reduction=reduction)
-
-
-def setup_liger_flce(reduction="none"):
-    fn = _find("liger_kernel.ops.fused_linear_cross_entropy:LigerFusedLinearCrossEntropyFunction")
-    args = (_randn(6, 16, seed=1), _randn(40, 16, seed=2) * 0.3, _targets(6, 40, seed=3), _randn(40, seed=4))
-    kwargs = {"reduction": reduction}
-    small = (_randn(3, 4, seed=5), _randn(5, 4, seed=6), _targets(3, 5, seed=7), _randn(5, seed=8),
-             None, -100, 0.0, 0.0, reduction)
-    return dict(fn=fn, args=args, kwargs=kwargs, reference=_pad(flce_reference, fn, args, kwargs), small=small)
-
-
-def conv_reference(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
-                   activation=None, *rest, **extra):
-    """fla's causal_conv1d in torch: initial_state is (B, D, W), its slots 1..W-1 the W-1 tokens before x."""
-    import torch
-    import torch.nn.functional as F
-    width = weight.shape[1]
-    xt = x.transpose(1, 2)
-    xt = F.pad(xt, (width - 1, 0)) if initial_state is None else torch.cat([initial_state[..., 1:], xt], dim=-1)
-    y = F.conv1d(xt, weight.unsqueeze(1), bias, groups=weight.shape[0]).transpose(1, 2)
-    y = F.silu(y) if activation in ("silu", "swish") else y
-    return y if residual is None else y + residual
-
-
-CONV_FUNCTION = ("fla.modules.conv.triton.ops:CausalConv1dFunction", "fla.modules.causal_conv1d.ops:CausalConv1dFunction")
-
-
-def setup_fla_conv():
-    fn = _find(*CONV_FUNCTION)
-    args = (_randn(2, 24, 16, seed=1), _randn(16, 4, seed=2) * 0.5, _randn(16, seed=3))
-    kwargs = {"activation": "silu"}
-    small = (_randn(1, 5, 3, seed=4), _randn(3, 4, seed=5), _randn(3, seed=6), None, None, False, "silu")
-    return dict(fn=fn, args=args, kwargs=kwargs, reference=_pad(conv_reference, fn, args, kwargs), small=small)
-
-
-def setup_fla_conv_state():
-    fn = _find(*CONV_FUNCTION)
-    args = (_randn(2, 24, 16, seed=1), _randn(16, 4, seed=2) * 0.5, _randn(16, seed=3))
-    kwargs = {"initial_state": _randn(2, 16, 4, seed=7), "activation": "silu"}
-    small = (_randn(1, 5, 3, seed=4), _randn(3, 4, seed=5), _randn(3, seed=6), None, _randn(1, 3, 4, seed=8),
-             False, "silu")
-    return dict(fn=fn, args=args, kwargs=kwargs, reference=_pad(conv_reference, fn, args, kwargs), small=small)
-
-
-def l2warp_reference(loss, logits, l2_penalty_factor=1e-4):
-    """The loss unchanged, with the gradient L2Wrap means: factor * max logit at each row's argmax."""
-    factor = l2_penalty_factor / (logits.shape[0] * logits.shape[1])
-    penalty = (logits.max(dim=-1).values ** 2).sum() * (factor / 2)
-    return loss + (penalty - penalty.detach())
-
-
-def setup_fla_l2warp():
-    import torch
-    fn = _find("fla.modules.l2warp:L2Wrap")
-    args = (torch.tensor(2.5), _randn(2, 6, 40, seed=1) * 3)
-    small = (torch.tensor(2.5), _randn(1, 2, 5, seed=2))
-    return dict(fn=fn, args=args, kwargs={}, reference=l2warp_reference, small=small)
-
-
-def gelu_reference(input, bias):
-    import torch.nn.functional as F
-    return F.gelu(input + bias, approximate="tanh")
-
-
-def setup_fla_gelu():
-    fn = _find("fla.modules.activations:GeLUFunction")
-    args = (_randn(24, 48, seed=1), _randn(48, seed=2))
-    small = (_randn(3, 4, seed=3), _randn(4, seed=4))
-    return dict(fn=fn, args=args, kwargs={}, reference=gelu_reference, small=small)
+def extra_wheels(dist):
+    """Pure-Python needs of a library's releases (installed only where missing)."""
+    for module in MODULES.values():
+        if any(c.dist == dist for c in module.CASES) or getattr(module, "SWEEP", None) and module.SWEEP.dist == dist:
+            return list(getattr(module, "EXTRA_WHEELS", []))
+    return []
 
 
 # ---------------------------------------------------------------------------
@@ -274,10 +97,13 @@ def run_checker(check_backward, fn, args, kwargs, reference, name):
                 seconds=time.perf_counter() - started)
 
 
-def run_gradcheck(fn, small, clone, fp32_inside):
-    """gradcheck's verdict in float64 (and float32, loosely, where the kernels compute in fp32)."""
+def run_gradcheck(fn, small, clone, fp32_inside, no_grad=()):
+    """gradcheck's verdict in float64 (and float32, loosely, where the kernels compute in fp32). no_grad:
+    the forward's arguments the op takes no gradient for (the checker's no_grad), held fixed here too."""
     import torch
     from torch.autograd.gradcheck import GradcheckError
+    names = list(inspect.signature(fn.forward).parameters)[1:]
+    fixed = {i for i, name in enumerate(names) if name in no_grad}
     readings = []
     for dtype, tolerances in ((torch.float64, {}), (torch.float32, dict(eps=1e-3, atol=1e-2, rtol=1e-2))):
         if dtype == torch.float32 and not fp32_inside:
@@ -285,7 +111,8 @@ def run_gradcheck(fn, small, clone, fp32_inside):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         values = [v.to(device, dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
                   v.to(device) if isinstance(v, torch.Tensor) else v for v in small]
-        where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                 and i not in fixed]
         for i in where:
             values[i] = values[i].detach().requires_grad_(True)
 
@@ -319,226 +146,252 @@ def run_opcheck(fn, args, kwargs):
 
 
 def pin_autotune():
-    """Every Triton autotuner keeps only its first config, so a kernel compiles once for each shape instead
-    of once for each config and shape (fla-core autotunes for every shape the checker draws). The
-    verdicts are about strides, grids and formulas, which every config must get right."""
+    """Every Triton autotuner tunes once, on the first shape it meets, and keeps that config for every
+    later shape, instead of benchmarking every config again for each shape (fla-core autotunes for every
+    shape the checker draws). A config is only chosen among those that compile on this GPU, so an
+    autotuner whose first config needs more shared memory than the GPU has still runs. The verdicts are
+    about strides, grids and formulas, which every config must get right."""
     import triton.runtime.autotuner as autotuner
-    original = autotuner.Autotuner.__init__
+    original = autotuner.Autotuner.run
 
-    def first_config_only(self, fn, arg_names, configs=None, *args, **kwargs):
-        return original(self, fn, arg_names, list(configs)[:1], *args, **kwargs)
-    autotuner.Autotuner.__init__ = first_config_only
+    def tune_once(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if len(self.configs) > 1 and getattr(self, "best_config", None) is not None:
+            self.configs = [self.best_config]
+        return out
+    autotuner.Autotuner.run = tune_once
 
 
-def child(case_name, site):
-    """Runs in a fresh interpreter with only the release's folder added to the path."""
+def forward_agreement(fn, args, kwargs, reference):
+    """The reference validated against the Function's own forward, on the device, at the given
+    arguments: the largest relative difference over the outputs the reference gives."""
+    import torch
+    device = common.device()
+    moved = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in positional(fn, args, kwargs)]
+    with torch.no_grad():
+        got = fn.apply(*[a.clone() if isinstance(a, torch.Tensor) else a for a in moved])
+        expected = reference(*[a.clone() if isinstance(a, torch.Tensor) else a for a in moved])
+    got = got if isinstance(got, tuple) else (got,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    worst = 0.0
+    for g, e in zip(got, expected):
+        if isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) and g.is_floating_point():
+            scale = e.double().abs().max().clamp_min(1e-12)
+            worst = max(worst, ((g.double() - e.double()).abs().max() / scale).item())
+    return worst
+
+
+def vendored_source(site, fn):
+    """Where fn's code came from: it must be a file in the release's folder."""
+    path = Path(inspect.getsourcefile(fn)).resolve()
+    return str(path) if str(path).startswith(str(Path(site).resolve())) else None
+
+
+def release_origin(dist, site, vendored, fn=None):
+    """(version, where it came from), refusing a release found anywhere but its own folder."""
     import importlib.metadata
-    check_backward = load_checker()  # first: it picks the backend before anything imports triton
-    if os.environ.get(PIN_VARIABLE) == "1":
-        pin_autotune()
-    case = next(c for c in CASES if c.name == case_name) if case_name != "sweep" else None
-    dist = case.dist if case else SWEEP_RELEASE[0]
+    if vendored:
+        version = Path(site).name.rpartition("-")[2]
+        located = vendored_source(site, fn) if fn is not None else str(Path(site).resolve())
+        if located is None:
+            raise SystemExit(f"{fn.__name__} came from {inspect.getsourcefile(fn)}, not from {site}")
+        return version, located
     version = importlib.metadata.version(dist)
     located = str(importlib.metadata.distribution(dist).locate_file(""))
     if not located.startswith(str(Path(site).resolve())):
         raise SystemExit(f"{dist} {version} came from {located}, not from {site}")
-    if case is None:
-        result = dict(version=version, findings=sweep(check_backward), probes=sweep_probes())
+    return version, located
+
+
+def child(job, site):
+    """Runs in a fresh interpreter with only the release's folder added to the path. job: a case's
+    name, or sweep:<dist>."""
+    check_backward = load_checker()  # first: it picks the backend before anything imports triton
+    if os.environ.get(PIN_VARIABLE) == "1":
+        pin_autotune()
+    if job.startswith("sweep:"):
+        module = SWEEPS[job[len("sweep:"):]]
+        version, located = release_origin(module.SWEEP.dist, site, module.SWEEP.vendored)
+        result = dict(version=version, findings=sweep(check_backward, module), probes=run_probes(module))
     else:
-        call = globals()[case.setup]()
+        case = next(c for c in CASES if c.name == job)
+        call = getattr(CASE_MODULE[job], case.setup)()
+        version, located = release_origin(case.dist, site, case.vendored, call["fn"])
         checker = run_checker(check_backward, call["fn"], call["args"], call["kwargs"], call["reference"],
-                              f"{call['fn'].__name__} ({dist} {version})")
+                              f"{call['fn'].__name__} ({case.dist} {version})")
         result = dict(version=version, checker=checker,
-                      gradcheck=run_gradcheck(call["fn"], call["small"], call.get("clone", False), case.fp32_inside),
-                      opcheck=run_opcheck(call["fn"], call["args"], call["kwargs"]))
+                      gradcheck=run_gradcheck(call["fn"], call["small"], call.get("clone", False), case.fp32_inside,
+                                              call["kwargs"].get("no_grad", ())),
+                      opcheck=run_opcheck(*call.get("opcheck", (call["fn"], call["args"], call["kwargs"]))))
     result["site"] = located
     result["interpreted"] = os.environ.get("TRITON_INTERPRET") == "1"
     print(RESULT_MARK + json.dumps(result), flush=True)
 
 
-# ---------------------------------------------------------------------------
-# The sweep: a current Liger-Kernel release's public Functions, with torch references
-# ---------------------------------------------------------------------------
-
-def rms_reference(X, W, eps, offset=0.0, *rest, **extra):
-    import torch
-    return X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * (offset + W)
-
-
-def fused_add_rms_reference(X, R, W, eps, offset=0.0, *rest, **extra):
-    S = X + R
-    return rms_reference(S, W, eps, offset), S
-
-
-def sweep_calls():
-    """(label, Function, args, kwargs, reference) for each swept Function. References follow the
-    library's documented semantics at these arguments (tanh GELU for GEGLU, 'llama' casting)."""
-    import torch
-    import torch.nn.functional as F
-    ops = "liger_kernel.ops."
-    x, y = _randn(6, 40, seed=1), _randn(6, 40, seed=2)
-    probs = torch.softmax(_randn(6, 40, seed=3), -1)
-    calls = [
-        ("cross entropy", _find(ops + "cross_entropy:LigerCrossEntropyFunction"),
-         (x, _targets(6, 40, seed=4), None), {}, ce_reference),
-        ("fused linear cross entropy", _find(ops + "fused_linear_cross_entropy:LigerFusedLinearCrossEntropyFunction"),
-         (_randn(6, 16, seed=5), _randn(40, 16, seed=6) * 0.3, _targets(6, 40, seed=7), _randn(40, seed=8)), {},
-         flce_reference),
-        ("RMSNorm", _find(ops + "rms_norm:LigerRMSNormFunction"), (x, _randn(40, seed=9), 1e-6), {}, rms_reference),
-        ("fused add + RMSNorm", _find(ops + "fused_add_rms_norm:LigerFusedAddRMSNormFunction"),
-         (x, y, _randn(40, seed=9), 1e-6), {}, fused_add_rms_reference),
-        ("LayerNorm", _find(ops + "layer_norm:LigerLayerNormFunction"), (x, _randn(40, seed=9), _randn(40, seed=10),
-         1e-6), {}, lambda X, W, B, eps: F.layer_norm(X, X.shape[-1:], W, B, eps)),
-        ("SwiGLU", _find(ops + "swiglu:LigerSiLUMulFunction"), (x, y), {}, lambda a, b, *r, **k: F.silu(a) * b),
-        ("GEGLU", _find(ops + "geglu:LigerGELUMulFunction"), (x, y), {},
-         lambda a, b: F.gelu(a, approximate="tanh") * b),
-        ("softmax", _find(ops + "softmax:LigerSoftmaxFunction"), (x,), {}, lambda input_: torch.softmax(input_, -1)),
-        ("DyT", _find(ops + "dyt:LigerDyTFunction"), (x, torch.tensor([0.5]), _randn(40, seed=11), _randn(40, seed=12)),
-         {}, lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + beta),
-        # y_true is the target distribution: the library takes no gradient for it, so it is the
-        # library's to keep fixed (no_grad), not the checker's to differentiate.
-        ("KL divergence", _find(ops + "kl_div:LigerKLDivLossFunction"),
-         (torch.log_softmax(_randn(6, 40, seed=13), -1), probs), {"no_grad": ("y_true",)},
-         lambda y_pred, y_true, reduction="batchmean", log_target=False, eps=1e-10:
-         F.kl_div(y_pred, y_true, reduction=reduction, log_target=log_target)),
-        ("GroupNorm", _find(ops + "group_norm:LigerGroupNormFunction"),
-         (_randn(3, 6, 20, seed=14), _randn(6, seed=15), _randn(6, seed=16), 6, 2, 1e-6), {},
-         lambda X, w, b, num_channels, num_groups, eps: F.group_norm(X, num_groups, w, b, eps)),
-    ]
-    out = []
-    for label, fn, args, kwargs, reference in calls:
-        out.append((label, fn, args, kwargs, _pad(reference, fn, args, kwargs) if "entropy" in label else reference))
-    return out
-
-
-def sweep(check_backward):
+def sweep(check_backward, module):
     findings = []
-    for label, fn, args, kwargs, reference in sweep_calls():
+    for label, fn, args, kwargs, reference in module.sweep_calls():
+        try:
+            agreement = f"{forward_agreement(fn, args, {k: v for k, v in kwargs.items() if k != 'no_grad'}, reference):.2g}"
+        except Exception as error:  # noqa: BLE001  (the checker's own forward check then says more)
+            agreement = f"could not compare ({type(error).__name__}: {' '.join(str(error).split())[:100]})"
         result = run_checker(check_backward, fn, args, kwargs, reference, f"{fn.__name__}")
-        findings.append(dict(label=label, function=fn.__name__, **result))
+        findings.append(dict(label=label, function=fn.__name__, forward=agreement, **result))
     return findings
 
 
-def sweep_probes():
-    """Each flag of the sweep provoked by hand, without the checker: (Function, what the probe does, what it
-    saw, whether the trap showed). A flag is real where its probe shows it."""
-    import torch
-    import torch.nn.functional as F
-    ops = "liger_kernel.ops."
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    x, target = _randn(6, 40, seed=1).to(device), _targets(6, 40, seed=4).to(device)
-    g = _randn(6, 40, seed=21).to(device)
-
-    def transposed_logits():
-        ce = _find(ops + "cross_entropy:LigerCrossEntropyFunction")
-
-        def grad(transposed):
-            leaf = (x.t().contiguous().t() if transposed else x.clone()).requires_grad_(True)
-            passed = leaf.t().contiguous().t() if transposed else leaf.clone()  # a non-leaf, laid out as leaf
-            out = ce.apply(passed, target, None)
-            return torch.autograd.grad(out[0] if isinstance(out, tuple) else out, leaf)[0]
-        right, transposed = grad(False), grad(True)
-        off = ((transposed - right).norm() / right.norm()).item()
-        return (f"the gradient for logits laid out transposed (the same values) is {off:.3g} (relative) off the "
-                f"contiguous one", off > 1e-3)
-
-    def frozen_hidden_states():
-        flce = _find(ops + "fused_linear_cross_entropy:LigerFusedLinearCrossEntropyFunction")
-        hidden, weight = _randn(6, 16, seed=5).to(device), (_randn(40, 16, seed=6) * 0.3).to(device)
-        bias, labels = _randn(40, seed=8).to(device), _targets(6, 40, seed=7).to(device)
-        w, w_ref = weight.clone().requires_grad_(True), weight.clone().requires_grad_(True)
-        out = flce.apply(hidden, w, labels, bias)
-        (out[0] if isinstance(out, tuple) else out).backward()
-        F.cross_entropy(F.linear(hidden, w_ref, bias), labels).backward()
-        return (f"with the hidden states frozen and the weight trained, weight.grad is "
-                f"{'None' if w.grad is None else 'set'}; torch's has norm {w_ref.grad.norm().item():.3g}",
-                w.grad is None)
-
-    def grad_output_written():
-        rms = _find(ops + "rms_norm:LigerRMSNormFunction")
-        leaf, kept = x.clone().requires_grad_(True), g.clone()
-        torch.autograd.grad(rms.apply(leaf, _randn(40, seed=9).to(device), 1e-6), leaf, g)
-        changed = (g - kept).abs().max().item()
-        return f"grad_output changed during the backward by up to {changed:.3g}", changed > 0
-
-    def input_written():
-        swiglu = _find(ops + "swiglu:LigerSiLUMulFunction")
-        a, b = x.clone().requires_grad_(True), _randn(6, 40, seed=2).to(device).requires_grad_(True)
-        passed = a.clone()
-        before = passed.detach().clone()
-        torch.autograd.grad(swiglu.apply(passed, b.clone()), [a, b], g)
-        changed = (passed.detach() - before).abs().max().item()
-        return f"its input changed during the backward by up to {changed:.3g}", changed > 0
-
-    probes = []
-    for function, probe in (("LigerCrossEntropyFunction", transposed_logits),
-                            ("LigerFusedLinearCrossEntropyFunction", frozen_hidden_states),
-                            ("LigerRMSNormFunction", grad_output_written), ("LigerSiLUMulFunction", input_written)):
-        try:
-            saw, shown = probe()
-        except Exception as error:  # noqa: BLE001  (a probe that cannot run shows nothing)
-            saw, shown = f"the probe raised {type(error).__name__}: {' '.join(str(error).split())[:120]}", False
-        probes.append((function, saw, shown))
-    return probes
+def run_probes(module):
+    """The library's probes, each provoking one flag by hand; one that cannot run shows nothing."""
+    if not hasattr(module, "sweep_probes"):
+        return []
+    try:
+        return [list(p) for p in module.sweep_probes()]
+    except Exception as error:  # noqa: BLE001
+        return [["(all)", f"the probes raised {type(error).__name__}: {' '.join(str(error).split())[:160]}", False]]
 
 
 # ---------------------------------------------------------------------------
 # The parent: wheels, folders, subprocesses, the table
 # ---------------------------------------------------------------------------
 
+def normalized(dist):
+    return dist.replace("-", "_")
+
+
+def vendored_archive(wheels, dist, version):
+    return wheels / f"{normalized(dist)}-{version}.vendored.zip"
+
+
 def wheel_for(wheels, dist, version):
-    found = sorted(wheels.glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
+    found = sorted(wheels.glob(f"{normalized(dist)}-{version}-*.whl"))
     return found[0] if found else None
 
 
+def release_files(wheels, dist, version, vendored):
+    """The file a release installs from (its wheel, or the archive of its vendored files), or None."""
+    if vendored:
+        archive = vendored_archive(wheels, dist, version)
+        return archive if archive.exists() else None
+    return wheel_for(wheels, dist, version)
+
+
 def releases():
-    pairs = [(c.dist, v) for c in CASES for v in (c.buggy, c.fixed)] + [SWEEP_RELEASE]
+    """(dist, version, vendored files, stubs) of every release a case or a sweep runs."""
+    pairs = [(c.dist, v, c.vendored, c.stubs) for c in CASES for v in (c.buggy, c.fixed)]
+    pairs += [(m.SWEEP.dist, m.SWEEP.version, m.SWEEP.vendored, m.SWEEP.stubs) for m in SWEEPS.values()]
     return list(dict.fromkeys(pairs))
+
+
+def fetch_vendored(wheels, dist, version, vendored):
+    """The named files of a release, out of its wheel (or its sdist where it has none), into a small zip."""
+    import io
+    import tarfile
+    import urllib.request
+    import zipfile
+    import urllib.parse
+    index = f"https://pypi.org/pypi/{dist}/json"
+    with urllib.request.urlopen(index, timeout=120) as reply:
+        urls = json.load(reply)["releases"][version]
+    wheel = [u for u in urls if u["packagetype"] == "bdist_wheel" and u["filename"].endswith("-none-any.whl")]
+    chosen = (wheel or [u for u in urls if u["packagetype"] == "sdist"])[0]
+    with urllib.request.urlopen(urllib.parse.urljoin(index, chosen["url"]), timeout=600) as reply:  # a mirror's may be relative
+        data = reply.read()
+    found = {}
+    if chosen["packagetype"] == "bdist_wheel":
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            found = {name: archive.read(name) for name in archive.namelist() if name in vendored}
+    else:
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                inside = member.name.split("/", 1)[-1]  # past the sdist's top folder
+                if inside in vendored and member.isfile():
+                    found[inside] = archive.extractfile(member).read()
+    missing = sorted(set(vendored) - set(found))
+    if missing:
+        raise RuntimeError(f"{dist} {version}'s {chosen['filename']} lacks {', '.join(missing)}")
+    with zipfile.ZipFile(vendored_archive(wheels, dist, version), "w") as archive:
+        archive.writestr("SOURCE", f"{chosen['filename']} sha256 {chosen['digests']['sha256']}\n")
+        for name in sorted(found):
+            archive.writestr(name, found[name])
 
 
 def download(wheels):
     wheels.mkdir(parents=True, exist_ok=True)
-    wanted = [f"{d}=={v}" for d, v in releases()] + sorted({w for ws in EXTRA_WHEELS.values() for w in ws})
-    for spec in wanted:  # one at a time: pip refuses two versions of one name in one call
+    wanted = [(d, v, vendored) for d, v, vendored, _ in releases()]
+    extras = sorted({w for d, _, _, _ in releases() for w in extra_wheels(d)})
+    for dist, version, vendored in wanted + [(w.partition("==")[0], w.partition("==")[2], ()) for w in extras]:
+        if vendored:
+            try:
+                fetch_vendored(wheels, dist, version, vendored)
+                continue
+            except (OSError, RuntimeError, KeyError, IndexError, ValueError) as error:
+                print(f"in_the_wild: could not fetch {dist}=={version}'s files: {error}", file=sys.stderr)
+                return 2
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                   *PLATFORM_PINS, "-d", str(wheels), spec]
-        if subprocess.run(command).returncode != 0:
-            print(f"in_the_wild: could not download {spec}", file=sys.stderr)
+                   *PLATFORM_PINS, "-d", str(wheels), f"{dist}=={version}"]
+        if subprocess.run(command).returncode != 0:  # one at a time: pip refuses two versions of one name in one call
+            print(f"in_the_wild: could not download {dist}=={version}", file=sys.stderr)
             return 2
-    print(f"{len(wanted)} wheels in {wheels}")
+    print(f"{len(wanted) + len(extras)} releases in {wheels}")
     return 0
 
 
-def install(wheels, dist, version, root):
-    """The release's wheel (and any pure-Python need missing here) into a folder of its own."""
+def install_vendored(archive_path, target, stubs):
+    """common.VENDORED: the named files, an empty __init__.py in each package folder above them that
+    has none of its own, and the stubs beside them."""
+    import zipfile
+    with zipfile.ZipFile(archive_path) as archive:
+        names = [n for n in archive.namelist() if n != "SOURCE"]
+        archive.extractall(target, members=names)
+    for module, source in stubs:
+        path = Path(*module.split(".")).with_suffix(".py")
+        (target / path).parent.mkdir(parents=True, exist_ok=True)
+        (target / path).write_text(source)
+        names.append(str(path))
+    for name in names:
+        for parent in Path(name).parents:
+            if str(parent) != "." and not (target / parent / "__init__.py").exists():
+                (target / parent / "__init__.py").write_text("")
+
+
+def install(wheels, dist, version, root, vendored=(), stubs=()):
+    """The release (its wheel, or its vendored files), and any pure-Python need missing here, into a
+    folder of its own."""
     import importlib.util
     target = Path(root) / f"{dist}-{version}"
-    files = [wheel_for(wheels, dist, version)]
-    for need in EXTRA_WHEELS.get(dist, []):
+    if vendored:
+        target.mkdir(parents=True)
+        install_vendored(vendored_archive(wheels, dist, version), target, stubs)
+        files = []
+    else:
+        files = [wheel_for(wheels, dist, version)]
+    for need in extra_wheels(dist):
         name, _, pinned = need.partition("==")
         if importlib.util.find_spec(name) is None:
             files.append(wheel_for(wheels, name, pinned))
-    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-               "--disable-pip-version-check", "--target", str(target), *map(str, files)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip could not install {dist} {version}: {done.stderr.strip()[-300:]}")
+    if files:
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                   "--disable-pip-version-check", "--target", str(target), *map(str, files)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip could not install {dist} {version}: {done.stderr.strip()[-300:]}")
     return target
 
 
-def run_child(case_name, site, interpret, timeout, pinned=False):
+def run_child(job, site, interpret, timeout, pinned=False):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), PYTHONUNBUFFERED="1")
     env[PIN_VARIABLE] = "1" if pinned else "0"
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", case_name, "--site", str(site)]
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", job, "--site", str(site)]
+    started = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return dict(error=f"timed out after {timeout} s")
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
+            return dict(json.loads(line[len(RESULT_MARK):]), wall=time.perf_counter() - started)
     lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
     return dict(error=f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"[:200])
 
@@ -560,10 +413,9 @@ def header(pinned):
     import platform
     import torch
     import triton
-    sys.path.insert(0, str(REPO / "tools"))
     from stamp import lines
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
-    autotune = ("each autotuned kernel pinned to its first config (--pin-autotune: every shape compiles once)"
+    autotune = ("each autotuned kernel tuned once, on its first shape, and kept (--pin-autotune)"
                 if pinned else "the libraries' own autotuning")
     return [*lines(), f"python {platform.python_version()}, torch {torch.__version__}, "
             f"triton {triton.__version__}, GPU: {gpu}", f"autotune: {autotune}",
@@ -582,87 +434,102 @@ def short_gradcheck(reading):
     return f"f{label[5:7]} {rest.split(' ')[0]}"
 
 
-def table(rows):
-    heads = ("case", "release", "checker (traps)", "gradcheck", "opcheck", "verdict")
+def table(heads, rows):
     widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(len(heads))]
     lines = [" | ".join(h.ljust(w) for h, w in zip(heads, widths)), "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
 
 
-def run_release(case, version, wheels, root, interpret, timeout, pinned):
+def run_job(job, dist, version, vendored, stubs, wheels, root, interpret, timeout, pinned):
     try:
-        return run_child(case.name, install(wheels, case.dist, version, root), interpret, timeout, pinned)
+        return run_child(job, install(wheels, dist, version, root, vendored, stubs), interpret, timeout, pinned)
     except RuntimeError as error:
         return dict(error=str(error))
 
 
-def run_cases(cases, wheels, interpret, jobs, timeout, pinned):
-    """Every release of every case, each in its own subprocess (jobs at a time), reported in order."""
-    import concurrent.futures
-    rows, everything_expected = [], True
-    with tempfile.TemporaryDirectory(prefix="in_the_wild_") as root, \
-            concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        pending = {(c.name, v): pool.submit(run_release, c, v, wheels, root, interpret, timeout, pinned)
-                   for c in cases for v in (c.buggy, c.fixed)}
-        for case in cases:
-            print(f"\n== {case.name}: {case.dist} {case.buggy} -> {case.fixed}, {case.trap_class}")
-            print("   " + " ".join(case.links))
-            for role, version in (("buggy", case.buggy), ("fixed", case.fixed)):
-                result = pending[(case.name, version)].result()
-                verdict = judge(case, role, result)
-                everything_expected &= verdict == "as expected"
-                if "error" in result:
-                    print(f"-- {version} ({role}): {result['error']}")
-                    rows.append((case.name, f"{version} {role}", "error", "-", "-", verdict))
-                    continue
-                checker = result["checker"]
-                print(f"-- {case.dist} {version} ({role}), checked with {checker['how']} "
-                      f"in {checker['seconds']:.1f} s:")
-                print("\n".join("   " + line for line in checker["text"].splitlines()))
-                print("   gradcheck: " + "; ".join(result["gradcheck"]))
-                print("   opcheck: " + result["opcheck"])
-                known = [(t, link) for t, link in case.known if t in checker["traps"]]
-                if known:
-                    print("   known, in both releases: " + ", ".join(f"{t} ({link})" for t, link in known))
-                print(f"   verdict: {verdict}")
-                rows.append((case.name, f"{version} {role}", ", ".join(checker["traps"]) or "clean",
-                             ", ".join(short_gradcheck(r) for r in result["gradcheck"]),
-                             "n/a" if result["opcheck"].startswith("does not apply") else result["opcheck"], verdict))
-    print("\n" + table(rows))
-    return everything_expected
+def report_case(case, pending, rows):
+    """A case's two releases, printed; True if both are as expected."""
+    print(f"\n== {case.name}: {case.dist} {case.buggy} -> {case.fixed}, {case.trap_class}")
+    print("   " + " ".join(case.links))
+    if case.vendored:
+        print("   loaded: only " + ", ".join(case.vendored) + " (vendored; see tools/wild/common.py)")
+    expected = True
+    for role, version in (("buggy", case.buggy), ("fixed", case.fixed)):
+        result = pending[(case.name, version)].result()
+        verdict = judge(case, role, result)
+        expected &= verdict == "as expected"
+        if "error" in result:
+            print(f"-- {version} ({role}): {result['error']}")
+            rows.append((case.name, f"{version} {role}", "error", "-", "-", verdict))
+            continue
+        checker = result["checker"]
+        print(f"-- {case.dist} {version} ({role}), checked with {checker['how']} "
+              f"in {checker['seconds']:.1f} s ({result['wall']:.0f} s with import and gradcheck):")
+        print("\n".join("   " + line for line in checker["text"].splitlines()))
+        print("   gradcheck: " + "; ".join(result["gradcheck"]))
+        print("   opcheck: " + result["opcheck"])
+        known = [(t, link) for t, link in case.known if t in checker["traps"]]
+        if known:
+            print("   known, in both releases: " + ", ".join(f"{t} ({link})" for t, link in known))
+        print(f"   verdict: {verdict}")
+        rows.append((case.name, f"{version} {role}", ", ".join(checker["traps"]) or "clean",
+                     ", ".join(short_gradcheck(r) for r in result["gradcheck"]),
+                     "n/a" if result["opcheck"].startswith("does not apply") else result["opcheck"], verdict))
+    return expected
 
 
-def sweep_result(wheels, interpret, timeout, pinned):
-    dist, version = SWEEP_RELEASE
-    with tempfile.TemporaryDirectory(prefix="in_the_wild_") as root:
-        try:
-            return run_child("sweep", install(wheels, dist, version, root), interpret, timeout, pinned)
-        except RuntimeError as error:
-            return dict(error=str(error))
-
-
-def print_sweep(result):
-    dist, version = SWEEP_RELEASE
+def print_sweep(module, result):
+    """A sweep's findings and probes, printed; False if it could not run."""
+    dist, version = module.SWEEP.dist, module.SWEEP.version
     if "error" in result:
-        print(f"sweep of {dist} {version}: {result['error']}")
+        print(f"\n== sweep of {dist} {version}: {result['error']}")
         return False
-    print(f"\n== sweep: {dist} {result['version']}, each public Function against a torch reference")
+    print(f"\n== sweep: {dist} {result['version']}, each public Function against a torch reference "
+          f"({module.SWEEP.loaded}; {result['wall']:.0f} s)")
     rows = []
     for f in result["findings"]:
-        print(f"-- {f['label']} ({f['function']}), checked with {f['how']} in {f['seconds']:.1f} s:")
+        print(f"-- {f['label']} ({f['function']}), forward vs reference {f['forward']}, checked with {f['how']} "
+              f"in {f['seconds']:.1f} s:")
         print("\n".join("   " + line for line in f["text"].splitlines()))
-        rows.append((f["label"], f["function"], ", ".join(f["traps"]) or "clean"))
-    heads = ("op", "Function", "checker (traps)")
-    widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(3)]
-    print("\n" + " | ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(v.ljust(w) for v, w in zip(r, widths)))
-    print("\n-- each flag provoked by hand, without the checker:")
-    for function, saw, shown in result.get("probes", []):
+        rows.append((f["label"], f["function"], f["forward"].split(" (")[0], ", ".join(f["traps"]) or "clean"))
+    print("\n" + table(("op", "Function", "forward vs reference", "checker (traps)"), rows))
+    print(f"\n-- {dist}: each flag provoked by hand, without the checker:")
+    probes = result.get("probes", [])
+    for function, saw, shown in probes:
         print(f"   {function}: {saw}: {'the trap shows' if shown else 'NOT shown'}")
+    flagged = {f["function"] for f in result["findings"] if f["traps"]}
+    unprobed = sorted(flagged - {function for function, _, _ in probes})
+    unshown = [function for function, _, shown in probes if not shown]
+    if unprobed or unshown:
+        print(f"   NOT every flag is shown real: no probe for {', '.join(unprobed) or 'none'}; a probe that "
+              f"did not show its trap for {', '.join(unshown) or 'none'}")
+        return False
+    print(f"   every flagged Function ({len(flagged)}) has a probe beside it, and every probe showed its trap")
     return True
+
+
+def run_everything(cases, sweeps, wheels, interpret, jobs, timeout, pinned):
+    """Every release of every case and every sweep, each in its own subprocess (jobs at a time, the
+    sweeps first: they are the longest), reported in order. True if every case came out as expected
+    and every sweep ran."""
+    import concurrent.futures
+    rows, ok = [], True
+    with tempfile.TemporaryDirectory(prefix="in_the_wild_") as root, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        sweeping = {m.SWEEP.dist: pool.submit(run_job, f"sweep:{m.SWEEP.dist}", m.SWEEP.dist, m.SWEEP.version,
+                                              m.SWEEP.vendored, m.SWEEP.stubs, wheels, Path(root) / "sweeps",
+                                              interpret, timeout, pinned) for m in sweeps}
+        pending = {(c.name, v): pool.submit(run_job, c.name, c.dist, v, c.vendored, c.stubs, wheels,
+                                            Path(root) / c.name, interpret, timeout, pinned)
+                   for c in cases for v in (c.buggy, c.fixed)}
+        for case in cases:
+            ok &= report_case(case, pending, rows)
+        if rows:
+            print("\n" + table(("case", "release", "checker (traps)", "gradcheck", "opcheck", "verdict"), rows))
+        for module in sweeps:
+            ok &= print_sweep(module, sweeping[module.SWEEP.dist].result())
+    return ok
 
 
 def main(argv=None):
@@ -670,8 +537,10 @@ def main(argv=None):
                                                  "releases (needs a CUDA GPU).")
     parser.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="folder of the releases' wheels")
     parser.add_argument("--case", action="append", choices=[c.name for c in CASES], help="run only this case")
-    parser.add_argument("--sweep", action="store_true", help="also sweep a current Liger-Kernel release")
-    parser.add_argument("--sweep-only", action="store_true", help="only the sweep")
+    parser.add_argument("--sweep", action="store_true", help="also sweep each library's current release")
+    parser.add_argument("--sweep-only", action="store_true", help="only the sweeps")
+    parser.add_argument("--library", action="append", choices=list(MODULES),
+                        help="only this library's cases and sweep (tools/wild/<name>.py)")
     parser.add_argument("--download", action="store_true", help="download the wheels into --wheels and stop")
     parser.add_argument("--list", action="store_true", help="list the cases and stop")
     parser.add_argument("--interpret", action="store_true",
@@ -679,7 +548,7 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="releases checked at once (default 1)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one release may take (default 600)")
     parser.add_argument("--pin-autotune", action="store_true",
-                        help="keep each autotuned kernel's first config only, so every shape compiles once")
+                        help="tune each autotuned kernel once, on its first shape, and keep that config")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--site", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -699,10 +568,12 @@ def main(argv=None):
               "interpreter is not the truth for them (one release behaved differently there), so a run "
               "without a GPU would be no evidence. --interpret runs anyway, and still exits 2.", file=sys.stderr)
         return 2
-    cases = [c for c in CASES if not args.case or c.name in args.case]
-    wanted = [] if args.sweep_only else [(c.dist, v) for c in cases for v in (c.buggy, c.fixed)]
-    wanted += [SWEEP_RELEASE] if args.sweep or args.sweep_only else []
-    missing = [f"{d} {v}" for d, v in wanted if wheel_for(args.wheels, d, v) is None]
+    chosen = [m for name, m in MODULES.items() if not args.library or name in args.library]
+    cases = [] if args.sweep_only else [c for m in chosen for c in m.CASES if not args.case or c.name in args.case]
+    sweeps = [m for m in chosen if hasattr(m, "SWEEP")] if args.sweep or args.sweep_only else []
+    wanted = [(c.dist, v, c.vendored) for c in cases for v in (c.buggy, c.fixed)]
+    wanted += [(m.SWEEP.dist, m.SWEEP.version, m.SWEEP.vendored) for m in sweeps]
+    missing = [f"{d} {v}" for d, v, vendored in wanted if release_files(args.wheels, d, v, vendored) is None]
     if missing:
         print(f"in_the_wild: no wheel in {args.wheels} for {', '.join(missing)} (run with --download where "
               "there is a network)", file=sys.stderr)
@@ -710,14 +581,10 @@ def main(argv=None):
     print("\n".join(header(args.pin_autotune)))
     if args.interpret and not torch.cuda.is_available():
         print("INTERPRETED: Triton's interpreter on the CPU; these verdicts are not evidence")
-    import concurrent.futures
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as beside:  # the sweep runs beside the cases
-        sweeping = beside.submit(sweep_result, args.wheels, args.interpret, args.timeout, args.pin_autotune) \
-            if args.sweep or args.sweep_only else None
-        ok = True if args.sweep_only else run_cases(cases, args.wheels, args.interpret, args.jobs, args.timeout,
-                                                     args.pin_autotune)
-        if sweeping is not None:
-            ok = print_sweep(sweeping.result()) and ok
+    started = time.perf_counter()
+    ok = run_everything(cases, sweeps, args.wheels, args.interpret, args.jobs, args.timeout, args.pin_autotune)
+    print(f"\n{len(cases)} cases and {len(sweeps)} sweeps in {time.perf_counter() - started:.0f} s "
+          f"({args.jobs} at a time)")
     if args.interpret and not torch.cuda.is_available():
         return 2
     return 0 if ok else 1

@@ -14,7 +14,8 @@ SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to 
 
 def layouts(context, check):
     """Each layout autograd hands on, for each output in turn, against the same values made contiguous.
-    A layout that the backward writes into is a write (mutates grad_output), not a layout trap; wrong
+    A layout that the backward writes into is a write (mutates grad_output), and its gradient is still
+    judged: a backward that writes its gradient over a stride-0 grad_output has both traps; wrong
     layouts that come right when the input is laid out the same way are one cause: the backward reads
     grad_output with the input's strides."""
     failures = []  # (trap, label, evidence, input, output, the layout, the grad_outputs made contiguous)
@@ -38,10 +39,9 @@ def layouts(context, check):
                                      f"{strides}) the backward raises: {raised.message}", None, k, g_layout,
                                      g_contiguous))
                 continue
-            if largest_change(before, g_layout):
+            if largest_change(before, g_layout):  # a write, and still a gradient to judge: each trap is named
                 failures.append((MUTATES_GRAD_OUTPUT, label, f"with a grad_output {label} (strides {strides}) the "
                                  f"backward wrote into it", None, k, g_layout, g_contiguous))
-                continue
             differ = context.same(got, want)
             if differ:
                 i = min(differ)
