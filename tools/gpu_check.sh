@@ -8,7 +8,7 @@
 #   pytest         the test suite, in parallel (pytest-xdist, -n 8)
 #   notebooks      both notebooks, executed top to bottom (tools/run_notebook.py)
 #   in_the_wild    tools/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
-#                  a current one's Functions; releases side by side, autotuning pinned
+#                  each library's current Functions; releases side by side, autotuning pinned
 #   checker_cli    python practice/backward_checker.py practice/solutions.py
 #   vs_gradcheck   tools/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
 #   sanitizer      compute-sanitizer (memcheck) on each of the four scripts

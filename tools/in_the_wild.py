@@ -33,7 +33,6 @@ there), so without a GPU the verdicts would be no evidence: --interpret runs the
 them so, and exits 2.
 """
 import argparse
-import dataclasses
 import inspect
 import json
 import os
@@ -46,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 from wild import common  # noqa: E402
-from wild.common import Case, positional  # noqa: E402,F401  (positional: the tests bind with it)
+from wild.common import positional  # noqa: E402  (the tests bind arguments with it too)
 
 DEFAULT_WHEELS = REPO / ".wild-wheels"
 PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
@@ -146,20 +145,30 @@ def run_opcheck(fn, args, kwargs):
 
 
 def pin_autotune():
-    """Every Triton autotuner tunes once, on the first shape it meets, and keeps that config for every
-    later shape, instead of benchmarking every config again for each shape (fla-core autotunes for every
-    shape the checker draws). A config is only chosen among those that compile on this GPU, so an
-    autotuner whose first config needs more shared memory than the GPU has still runs. The verdicts are
-    about strides, grids and formulas, which every config must get right."""
+    """Every Triton autotuner runs one config, the first of its list that fits this GPU (one whose
+    kernel compiles within the GPU's shared memory), instead of benchmarking every config for each
+    shape (fla-core autotunes for every shape the checker draws). Each shape then compiles once. The
+    verdicts are about strides, grids and formulas, which every config must get right."""
     import triton.runtime.autotuner as autotuner
-    original = autotuner.Autotuner.run
 
-    def tune_once(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
-        if len(self.configs) > 1 and getattr(self, "best_config", None) is not None:
-            self.configs = [self.best_config]
-        return out
-    autotuner.Autotuner.run = tune_once
+    def too_big(error):
+        return type(error).__name__ == "OutOfResources"
+    original_init, original_run = autotuner.Autotuner.__init__, autotuner.Autotuner.run
+
+    def first_config_only(self, fn, arg_names, configs=None, *args, **kwargs):
+        configs = list(configs or [])
+        original_init(self, fn, arg_names, configs[:1] or configs, *args, **kwargs)
+        self.spare_configs = configs[1:]
+
+    def first_that_fits(self, *args, **kwargs):
+        while True:
+            try:
+                return original_run(self, *args, **kwargs)
+            except Exception as error:  # noqa: BLE001  (only a config too big for this GPU is retried)
+                if not too_big(error) or not self.spare_configs:
+                    raise
+                self.configs = [self.spare_configs.pop(0)]
+    autotuner.Autotuner.__init__, autotuner.Autotuner.run = first_config_only, first_that_fits
 
 
 def forward_agreement(fn, args, kwargs, reference):
@@ -415,7 +424,8 @@ def header(pinned):
     import triton
     from stamp import lines
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
-    autotune = ("each autotuned kernel tuned once, on its first shape, and kept (--pin-autotune)"
+    autotune = ("each autotuned kernel pinned to its first config that fits the GPU (--pin-autotune: every shape "
+                "compiles once)"
                 if pinned else "the libraries' own autotuning")
     return [*lines(), f"python {platform.python_version()}, torch {torch.__version__}, "
             f"triton {triton.__version__}, GPU: {gpu}", f"autotune: {autotune}",
@@ -548,7 +558,7 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="releases checked at once (default 1)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one release may take (default 600)")
     parser.add_argument("--pin-autotune", action="store_true",
-                        help="tune each autotuned kernel once, on its first shape, and keep that config")
+                        help="run each autotuned kernel's first config that fits the GPU, so every shape compiles once")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--site", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

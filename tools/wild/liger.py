@@ -310,12 +310,15 @@ def sweep_probes():
                 f"{'None' if w.grad is None else 'set'}; torch's has norm {w_ref.grad.norm().item():.3g}",
                 w.grad is None)
 
-    def grad_output_written():
-        rms = find(ops + "rms_norm:LigerRMSNormFunction")
-        leaf, kept = x.clone().requires_grad_(True), g.clone()
-        torch.autograd.grad(rms.apply(leaf, randn(40, seed=9).to(device), 1e-6), leaf, g)
-        changed = (g - kept).abs().max().item()
-        return f"grad_output changed during the backward by up to {changed:.3g}", changed > 0
+    def grad_output_written(path, *rest):
+        def probe():
+            norm = find(ops + path)
+            leaf, given = x.clone().requires_grad_(True), g.clone()
+            kept = given.clone()
+            torch.autograd.grad(norm.apply(leaf, *(t.to(device) for t in rest), 1e-6), leaf, given)
+            changed = (given - kept).abs().max().item()
+            return f"grad_output changed during the backward by up to {changed:.3g}", changed > 0
+        return probe
 
     def input_written(path):
         def probe():
@@ -362,7 +365,10 @@ def sweep_probes():
                             ("LigerFusedLinearJSDFunction", jsd_transposed_input),
                             ("LigerCrossEntropyFunction", transposed_logits),
                             ("LigerFusedLinearCrossEntropyFunction", frozen_hidden_states),
-                            ("LigerRMSNormFunction", grad_output_written),
+                            ("LigerRMSNormFunction", grad_output_written("rms_norm:LigerRMSNormFunction", randn(40, seed=9))),
+                            ("LigerPolyNormFunction", grad_output_written("poly_norm:LigerPolyNormFunction",
+                                                                          randn(3, seed=30) * 0.5,
+                                                                          randn(1, seed=31).reshape(()))),
                             ("LigerSiLUMulFunction", input_written("swiglu:LigerSiLUMulFunction")),
                             ("LigerGELUMulFunction", input_written("geglu:LigerGELUMulFunction"))):
         try:

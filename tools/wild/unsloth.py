@@ -1,6 +1,6 @@
 """Unsloth (unslothai/unsloth): a pure-Python wheel, but `import unsloth` wants a GPU, unsloth_zoo,
 transformers and bitsandbytes, so only its Triton op files are vendored (see VENDORED)."""
-from wild.common import Case, Sweep, device as common_device, find, pad, randn
+from wild.common import Case, Sweep, device as common_device, find, randn
 
 # -- what the vendored files import that no op checked here needs ---------------------------------
 
