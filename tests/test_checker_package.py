@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 PRACTICE = REPO / "practice"
 EXAMPLE = PRACTICE / "examples" / "test_backward.py"
 sys.path.insert(0, str(PRACTICE))
-from backward_check import UsageError  # noqa: E402
+from backward_check import ALL_TRAPS, UsageError  # noqa: E402
 from backward_check.testing import BackwardCheckWarning, assert_backward  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -92,8 +92,43 @@ def test_an_allowed_trap_passes_and_is_still_reported():
 
 def test_allow_names_only_traps_the_checker_knows():
     op, args, kwargs, reference, _ = PLANTED["input y ignores grad_output"]
-    with pytest.raises(UsageError, match="allow names no trap the checker knows: 'ignores grad output'"):
+    with pytest.raises(UsageError, match="allow names no trap the checker knows: 'ignores grad output' "
+                                         "\\(did you mean 'ignores grad_output'\\?\\)"):
         assert_backward(op, *args, reference=reference, allow=["ignores grad output"], **kwargs)
+
+
+def test_allow_takes_none_and_trap_objects():
+    op, args, kwargs, reference, trap = PLANTED["input y ignores grad_output"]
+    with pytest.raises(AssertionError, match="has 1 trap"):
+        assert_backward(op, *args, reference=reference, allow=None, **kwargs)
+    trap_object = next(t for t in ALL_TRAPS if t.name == trap)
+    assert assert_backward(op, *args, reference=reference, allow=[trap_object], **kwargs).traps == [trap]
+
+
+def test_a_usage_error_is_one_line_of_the_callers_not_the_checkers_frames():
+    op, args, kwargs, reference, _ = PLANTED["input y ignores grad_output"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch warns that a Function is not instantiated
+        instance = op()
+    with pytest.raises(UsageError, match="not an instance of it") as raised:
+        assert_backward(instance, *args, reference=reference, **kwargs)
+    assert raised.value.__suppress_context__ and raised.value.__cause__ is None
+    with pytest.raises(UsageError, match="cannot take these arguments"):
+        assert_backward(op, *args, 1, 2, 3, reference=reference)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, triton imported first finds the GPU")
+def test_triton_imported_first_is_a_usage_error_not_the_ops_crash(installed, tmp_path):
+    """The example with `import triton` moved above the package's import, on a machine without a GPU."""
+    text = EXAMPLE.read_text()
+    first = "from backward_check.testing import assert_backward\n"
+    assert first in text
+    copy = tmp_path / EXAMPLE.name
+    copy.write_text("import triton  # first, as a library's conftest might\n" + text)
+    done = run_pytest(installed, copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "triton was imported before the checker chose its backend" in done.stdout, done.stdout
+    assert "TRAP  crashes" not in done.stdout, done.stdout
 
 
 def test_an_allowed_trap_that_is_gone_is_said():

@@ -27,7 +27,7 @@ spec.loader.exec_module(wild)
 
 TRACKERS = {"liger-kernel": "linkedin/Liger-Kernel", "fla-core": "fla-org/flash-linear-attention",
             "unsloth": "unslothai/unsloth", "flash-attn": "Dao-AILab/flash-attention", "mamba-ssm": "state-spaces/mamba",
-            "cut-cross-entropy": "apple/ml-cross-entropy"}
+            "cut-cross-entropy": "unslothai/cut-cross-entropy"}
 CASE_HEADS = ("case", "release", "checker (traps)", "gradcheck", "opcheck", "verdict")
 SWEEP_HEADS = ("op", "Function", "forward vs reference", "checker (traps)")
 

@@ -1,8 +1,9 @@
 """The backward checker, by concern: how the op is called (calling), what the checker varies
 (strategies), the right gradient and its tolerance (truth), what every check reads (context), the
 checks by family (writes, state, values, strides, uses, returned, second_order), their order and
-skip rules (runner), and the report. ``practice/backward_checker.py`` is its front door:
-``check_backward`` and the command line."""
+skip rules (runner), and the report. ``check_backward`` is its front door, and
+``backward_check.testing.assert_backward`` its pytest form; in the book's repository,
+``practice/backward_checker.py`` adds the command line."""
 import time
 import warnings
 

@@ -91,6 +91,10 @@ class Op:
     their forward's signature bound (defaults kept); other callables as they are."""
 
     def __init__(self, fn, args, kwargs, device=None, no_grad=()):
+        if isinstance(fn, torch.autograd.Function):
+            name = type(fn).__name__
+            raise UsageError(f"pass the Function class itself, {name}, not an instance of it ({name}()): the checker "
+                             f"calls {name}.apply")
         if not callable(fn):
             raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
         self.fn = fn

@@ -16,7 +16,7 @@ import dataclasses
 import os
 
 from . import returned, second_order, state, strides, uses, values, writes
-from .backend import TRITON_IMPORTED_FIRST
+from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, Context, OpRaised
 from .report import (COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
@@ -102,6 +102,19 @@ def applies(check, context, options):
     return context.label in check.sets and all(needs[n] for n in check.needs)
 
 
+# What Triton says when it was imported before the backend could switch its interpreter on, on a machine
+# without a GPU: a launch finds no driver, or a kernel defined then is not one the interpreter can run.
+TOO_EARLY = ("0 active drivers", "Cannot call @triton.jit'd outside of the scope of a kernel")
+
+
+def too_early(raised):
+    """A usage error, not the op's crash, where triton was imported before this package chose its backend."""
+    if TOO_LATE and any(m in raised.message for m in TOO_EARLY):
+        raise UsageError("triton was imported before the checker chose its backend, so it found no GPU and no "
+                         "interpreter: import backward_check (or backward_checker) before anything imports triton, "
+                         "or set TRITON_INTERPRET=1 before Python starts") from None
+
+
 def attempt(check, context):
     """The check's outcomes, and the one place a raise becomes one: the op's raise on the caller's values
     is a finding (the trap the call site names), on values the checker made up a note, and the
@@ -111,10 +124,7 @@ def attempt(check, context):
     except UsageError:
         raise
     except OpRaised as raised:
-        if "0 active drivers" in raised.message and TRITON_IMPORTED_FIRST:
-            raise UsageError("triton was imported before the backend was chosen, so it found no GPU and no "
-                             "interpreter: run with TRITON_INTERPRET=1, or import backward_checker before anything "
-                             "imports triton") from None
+        too_early(raised)
         message = raised.message
         if "0 active drivers" in message:
             message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
@@ -184,6 +194,7 @@ def run(op, reference, second_order=False, grow_inputs=True):
     try:
         given = Context(op, op.values, GIVEN, reference)
     except OpRaised as raised:
+        too_early(raised)
         return [Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)], \
             describe_shapes(op.values)
     if not given.outputs:

@@ -7,31 +7,49 @@
     def test_gelu_backward():
         assert_backward(MyGELU, torch.randn(64, 300), reference=torch.nn.functional.gelu)
 
-It takes what check_backward takes, plus `allow` (trap names the library knows of and keeps, each
-shown in the report and not failing the test) and `strict` (also fail when a check could not
+It takes what check_backward takes, plus `allow` (trap names, or Trap objects, that the library
+knows of and keeps, each shown in the report and not failing the test) and `strict` (also fail when a check could not
 decide, instead of warning). It returns the Report, so a test can go on to assert more."""
+import difflib
 import warnings
 
 from . import check_backward
 from .calling import UsageError
-from .report import TRAPS
+from .report import TRAPS, Trap
 
 
 class BackwardCheckWarning(UserWarning):
     """A check that could not decide, or an allowed trap that is no longer there."""
 
 
+def allowed_names(allow):
+    """allow as trap names: one name, names, Trap objects, or None; a name that is no trap is a usage error."""
+    __tracebackhide__ = True
+    if allow is None:
+        return ()
+    items = (allow,) if isinstance(allow, (str, Trap)) else tuple(allow)
+    names = tuple(item.name if isinstance(item, Trap) else item for item in items)
+    unknown = [name for name in names if name not in TRAPS]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(str(name), list(TRAPS), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise UsageError(f"allow names no trap the checker knows: {', '.join(hints)}; its traps are "
+                         + ", ".join(map(repr, TRAPS)))
+    return names
+
+
 def assert_backward(fn, *args, reference=None, allow=(), strict=False, second_order=False, name=None, grow=True,
                     no_grad=(), **kwargs):
     """check_backward(fn, *args, **kwargs), raising AssertionError with the report for each trap not in allow."""
     __tracebackhide__ = True  # pytest shows the report, not this function's frames
-    allow = (allow,) if isinstance(allow, str) else tuple(allow)
-    unknown = [trap for trap in allow if trap not in TRAPS]
-    if unknown:
-        raise UsageError(f"allow names no trap the checker knows: {', '.join(map(repr, unknown))}; its traps are "
-                         + ", ".join(map(repr, TRAPS)))
-    report = check_backward(fn, *args, reference=reference, second_order=second_order, name=name, grow=grow,
-                            no_grad=no_grad, **kwargs)
+    allow = allowed_names(allow)
+    try:
+        report = check_backward(fn, *args, reference=reference, second_order=second_order, name=name, grow=grow,
+                                no_grad=no_grad, **kwargs)
+    except UsageError as error:
+        raise UsageError(str(error)) from None  # the message says what is wrong; the checker's frames do not
     failing = [trap for trap in report.traps if trap not in allow]
     if failing:
         raise AssertionError(f"the backward of {report.name} has {len(failing)} trap{'s' if len(failing) > 1 else ''} "
