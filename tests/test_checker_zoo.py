@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 from chapter_scripts import REPO, scripts_defining, seeded_randn
-from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, gelu, square
+from checker_zoo import LEGAL, LEGAL_WITHOUT_REFERENCE, gelu, one_input, square, x35
 from checker_zoo_blind import BLIND_ALSO, BLIND_LEGAL, BLIND_PLANTED, BLIND_UNDECIDABLE
 from checker_zoo_planted import MULTIPLE, PLANTED, PLANTED_WITHOUT_REFERENCE
 
@@ -133,3 +133,15 @@ def test_a_cache_filled_before_the_check_is_named_as_state():
     (CubeCachedDerivative.apply(earlier) * 1.0).sum().backward()
     report = check_backward(op, *args, reference=reference, **options, **kwargs)
     assert report.traps == ["keeps state between calls"], str(report)
+
+
+@pytest.mark.parametrize("scale, verdict", [(1 + 2.5e-4, "undecided"), (1 + 5e-3, "a wrong formula")])
+def test_a_gradient_only_just_past_its_tolerance_is_undecided_not_a_trap(scale, verdict):
+    """Off by a little more than float32's tolerance (a kernel's own precision can do that) is a ?? line;
+    off by far more than four tolerances is a trap, named by the ladder as before."""
+    op = one_input(square, lambda x, g: 2 * x * g * scale, "SquareSlightlyOff")
+    report = check_backward(op, x35(), reference=square)
+    if verdict == "undecided":
+        assert report.clean and any("just past" in line for line in report.inconclusive), str(report)
+    else:
+        assert report.traps == [verdict], str(report)
