@@ -1,15 +1,21 @@
 """The checker as a package of its own (practice/pyproject.toml): it installs with pip into a folder
-that holds nothing of the book, its example test file passes there, fails with the report on a
-planted bug, and assert_backward keeps to its contract."""
+that holds nothing of the book, and with its dependencies into a fresh venv that lacks them; its
+example test file passes there, fails with the report on a planted bug, and assert_backward keeps
+to its contract."""
 import importlib.metadata
+import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 PRACTICE = REPO / "practice"
@@ -23,16 +29,22 @@ from checker_zoo_blind import BLIND_LEGAL  # noqa: E402
 from checker_zoo_planted import PLANTED  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """pip install of a copy of the package's files (so no build folder lands in practice/) into a folder."""
-    root = tmp_path_factory.mktemp("package")
+def copy_of_the_source(root):
+    """The package's files alone, copied, so that no build folder lands in practice/."""
     source = root / "source"
     source.mkdir()
     for name in ("pyproject.toml", "PACKAGE.md"):
         shutil.copy(PRACTICE / name, source / name)
     shutil.copytree(PRACTICE / "backward_check", source / "backward_check",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return source
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """pip install --no-deps of a copy of the package's files into a folder."""
+    root = tmp_path_factory.mktemp("package")
+    source = copy_of_the_source(root)
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     site = root / "site"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
@@ -41,18 +53,60 @@ def installed(tmp_path_factory):
     return site
 
 
-def run_pytest(site, test_file):
+def run_pytest(site, test_file, python=sys.executable):
     """pytest on test_file in a folder of its own, with only the installed package on the path."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file.name],
-                          cwd=test_file.parent, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "HOME": str(test_file.parent)})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(test_file.parent), **({"PYTHONPATH": str(site)} if site else {})}
+    return subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file.name],
+                          cwd=test_file.parent, capture_output=True, text=True, timeout=600, env=env)
+
+
+# What the fresh venv below may see of this interpreter's packages: these, and what they require.
+SHARED = ("torch", "triton", "pytest")
+
+
+def required_closure(names):
+    """{name: distribution} for names and everything they require here (no extras), by their metadata."""
+    found, todo = {}, list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name not in found:
+            found[name] = importlib.metadata.distribution(name)
+            requirements = (Requirement(text) for text in found[name].requires or [])
+            todo += [r.name for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return found
+
+
+def fresh_venv_sharing(root, distributions):
+    """A venv without pip whose site-packages holds one .pth: a folder of links to these distributions'
+    files in this interpreter's site-packages (each top-level package or module, and its .dist-info),
+    so that it imports them, and pip sees them installed, without a copy or a download."""
+    shared = root / "shared"
+    shared.mkdir()
+    for distribution in distributions.values():
+        assert distribution.files, f"{distribution.metadata['Name']} lists no files"
+        for top in {path.parts[0] for path in distribution.files} - {"..", "__pycache__"}:
+            if not (shared / top).exists():
+                (shared / top).symlink_to(Path(distribution.locate_file(top)).resolve())
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_packages = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        capture_output=True, text=True, check=True).stdout.strip())
+    (site_packages / "shared.pth").write_text(f"{shared}\n")
+    return python, site_packages
+
+
+def environment_without_python_paths():
+    """This environment (PIP_INDEX_URL and the like stay) without what would put other packages in view."""
+    hidden = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_TARGET", "PIP_PREFIX", "PIP_USER", "PIP_NO_DEPS"}
+    return {k: v for k, v in os.environ.items() if k not in hidden}
 
 
 def test_the_package_holds_the_checker_alone(installed):
     assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info")) == ["backward_check"]
     metadata = importlib.metadata.Distribution.at(next(installed.glob("backward_check-*.dist-info")))
     assert metadata.metadata["Name"] == "backward-check"
-    assert [r.split(">")[0] for r in metadata.requires if "extra" not in r] == ["torch"]
+    assert [r.split(">")[0] for r in metadata.requires if "extra" not in r] == ["torch", "numpy"]
     for path in (installed / "backward_check").glob("*.py"):
         text = path.read_text()
         assert "hardened_ops" not in text.replace("hardened_ops.py", "") and "sys.path" not in text, path.name
@@ -63,6 +117,42 @@ def test_the_example_test_file_passes_with_the_installed_package(installed, tmp_
     shutil.copy(EXAMPLE, copy)
     done = run_pytest(installed, copy)
     assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_package_installs_what_it_needs_into_a_venv_without_numpy(tmp_path):
+    """pip install ./practice with its dependencies, into a venv that sees torch, triton and pytest (this
+    interpreter's, shared through a .pth) but not numpy, which Triton's interpreter computes with: the
+    example passes there. A package declaring only torch fails here as it does for a reader."""
+    shared = required_closure(SHARED)
+    assert "numpy" not in shared, "torch, triton or pytest requires numpy here: the venv could not lack it"
+    python, site_packages = fresh_venv_sharing(tmp_path, shared)
+    sees = subprocess.run([python, "-c", "import importlib.util as u, json; print(json.dumps({m: u.find_spec(m) "
+                           "is not None for m in ('torch', 'triton', 'pytest', 'setuptools', 'numpy')}))"],
+                          capture_output=True, text=True, check=True, env=environment_without_python_paths())
+    sees = json.loads(sees.stdout)
+    assert sees.pop("numpy") is False, "the fresh venv imports numpy: it cannot show that the package asks for it"
+    assert all(m in sees for m in SHARED) and all(sees[m] for m in SHARED), sees
+
+    source = copy_of_the_source(tmp_path)
+    isolation = ["--no-build-isolation"] if sees["setuptools"] else []
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install",
+           *isolation, str(source)]
+    # Resolve first and look: torch is a multi-GB download that pip must take as installed, never fetch.
+    plan = subprocess.run([*pip, "--dry-run", "--quiet", "--report", "-"], capture_output=True, text=True,
+                          env=environment_without_python_paths())
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    planned = {canonicalize_name(item["metadata"]["name"]) for item in json.loads(plan.stdout)["install"]}
+    assert not planned & set(shared), f"pip would install again what the venv already has: {planned & set(shared)}"
+    done = subprocess.run([*pip, "--quiet"], capture_output=True, text=True, env=environment_without_python_paths())
+    assert done.returncode == 0, done.stdout + done.stderr
+    installed_here = sorted(p.name.split("-")[0] for p in site_packages.glob("*.dist-info"))
+    assert installed_here == sorted(canonicalize_name(n).replace("-", "_") for n in planned), installed_here
+
+    copy = tmp_path / "example" / EXAMPLE.name
+    copy.parent.mkdir()
+    shutil.copy(EXAMPLE, copy)
+    ran = run_pytest(None, copy, python=python)
+    assert ran.returncode == 0 and "3 passed" in ran.stdout, ran.stdout[-4000:] + ran.stderr[-2000:]
 
 
 def test_the_example_fails_with_the_report_when_its_backward_has_a_trap(installed, tmp_path):
