@@ -8,10 +8,18 @@ that computes in float32 under float64 inputs gets a float32 step, and where eve
 differences too noisy to decide, the check says "inconclusive", never "trap".
 
 A gradient is compared relative to the right gradient's own size (its norm, and its largest
-element), with no floor, so a bug in small gradients is not hidden by an absolute tolerance, and
-a few elements far off are not hidden by many right ones (the largest-element term sees each).
+element), so a bug in small gradients is not hidden by an absolute tolerance, and a few elements far
+off are not hidden by many right ones (the largest-element term sees each). With a reference, the
+comparison also allows what rounding does to the same computation: the reference is run again in the
+op's own dtype (and, for a float32 op, on operands rounded as TF32 products round them), and the op
+may be as far from the float64 answer as a few times that. A gradient that is exactly zero in exact
+arithmetic (a bias before a batch norm) or the sum of terms that cancel (a softmax under a uniform
+grad_output) is then judged by the rounding its terms carry, not by its own vanishing size. Element by
+element, an element off by half its own value beyond that rounding is far off, however small it is
+beside the largest (a wrong branch for large negative inputs).
 """
 import dataclasses
+import math
 import sys
 import time
 
@@ -31,6 +39,13 @@ FD_MAX_CALLS = 4000
 FD_MAX_S = 600.0
 FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
+# How many times the reference's own rounding (in the op's dtype, or under TF32 operands) the op may be off:
+# the same computation in another order (atomic adds, a fused kernel) rounds differently, not worse by more.
+ROUNDING_TIMES = 8
+# Element by element, an element is far off when it is off by more than this share of its own value,
+# beyond ROUNDING_TIMES its rounding.
+FAR_OFF = 0.5
+EPS64 = torch.finfo(torch.float64).eps
 
 
 def relative_error(got, right, typical=None):
@@ -39,11 +54,10 @@ def relative_error(got, right, typical=None):
     |d| / |right| (norms) and max |d| / max |right|. typical: a gradient of the same input under
     another grad_output, whose size right's counts as at least (where right is exactly 0 here, but not
     everywhere); no floor otherwise, so a bug in small gradients is not hidden by an absolute tolerance."""
-    special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
-    finite = got.isfinite() & right.isfinite()
-    if not bool((finite | special).all()):
+    pair = comparable(got, right)
+    if pair is None:
         return float("inf")
-    got, right = got[finite], right[finite]
+    got, right, _ = pair
     if right.numel() == 0:  # nothing left to compare (every element at a kink, say)
         return 0.0
     d = got - right
@@ -54,6 +68,30 @@ def relative_error(got, right, typical=None):
     if size == 0.0:
         return 0.0 if d.abs().max().item() == 0.0 else float("inf")
     return max(d.norm().item() / size, d.abs().max().item() / largest)
+
+
+def ratio(a, b):
+    """a / b, where 0 / 0 is 0 and anything else over 0 is infinite."""
+    if a == 0.0:
+        return 0.0
+    return float("inf") if b == 0.0 else a / b
+
+
+def comparable(got, right):
+    """(got, right) over the elements both hold finite, or None where a NaN or an infinity stands where
+    the right answer has none (an infinity the same, or NaN beside NaN, is agreement)."""
+    special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
+    finite = got.isfinite() & right.isfinite()
+    if not bool((finite | special).all()):
+        return None
+    return got[finite], right[finite], finite
+
+
+def to_tf32(t):
+    """t's values rounded to the nearest TF32 number (10 explicit mantissa bits), as Hopper's and Ampere's
+    tensor cores round float32 operands of a product; in float64."""
+    mantissa, exponent = torch.frexp(t.detach().double())
+    return torch.ldexp(torch.round(mantissa * 2048) / 2048, exponent)
 
 
 def narrowest(values, widest, inputs=()):
@@ -84,28 +122,78 @@ def flat(t):
 @dataclasses.dataclass
 class Expected:
     """The right gradient for each argument (None where it takes none), float64. Where only a
-    sample of a gradient is known, indices says which flat elements; tolerance per argument."""
+    sample of a gradient is known, indices says which flat elements; tolerance per argument.
+    rounding: per argument, how far the reference itself lands from its float64 answer when it computes
+    in the op's dtype, element by element (None where that is not known: finite differences, or a
+    reference that takes only the op's dtype); fine: the same, and under TF32 operands for a float32 op,
+    for judging element by element."""
     grads: list
     indices: list
     tolerance: list
+    rounding: list = None
+    fine: list = None
+
+    def __post_init__(self):
+        self.rounding = self.rounding or [None] * len(self.grads)
+        self.fine = self.fine or [None] * len(self.grads)
 
     def error(self, got, i, shape):
-        """got's error for argument i in units of its tolerance (above 1 is wrong); inf where got
-        is None or misshapen."""
-        if got is None:  # autograd takes None as zeros: right where the gradient is zero
-            return 0.0 if not self.grads[i].any() else float("inf")
-        if tuple(got.shape) != tuple(shape):
+        """got's error for argument i in units of what counts as right (above 1 is wrong): the larger of
+        its error over the whole gradient in tolerances, and its worst element; inf where got is
+        misshapen. None is zeros, as autograd takes it."""
+        if got is not None and tuple(got.shape) != tuple(shape):
             return float("inf")
-        return self.raw_error(got, i) / self.tolerance[i]
+        return max(self.overall(got, i), self.worst_element(got, i))
+
+    def _pair(self, got, i):
+        g = torch.zeros_like(self.grads[i]) if got is None else self.sample(got, i)
+        return g, self.grads[i]
+
+    def overall(self, got, i):
+        """The error over the whole gradient, in tolerances: relative to the right gradient's norm and its
+        largest element, beyond ROUNDING_TIMES the reference's own rounding in the op's dtype."""
+        pair = comparable(*self._pair(got, i))
+        if pair is None:
+            return float("inf")
+        g, right, finite = pair
+        d = g - right
+        if not d.numel():
+            return 0.0
+        tolerance, rounding = self.tolerance[i], self.rounding[i]
+        rounding = torch.zeros_like(right) if rounding is None else rounding.to(right.device)[finite]
+        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()),
+                   ratio(d.abs().max().item(),
+                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()))
+
+    def far_off(self, got, i):
+        """Which elements (of the sample) are far off: by more than FAR_OFF of their own value, beyond
+        ROUNDING_TIMES their rounding (an element whose rounding happens to be 0 gets the rounding of
+        the input's smallest-rounded tenth). None where the rounding is not known."""
+        fine = self.fine[i]
+        if fine is None:
+            return None
+        g, right = self._pair(got, i)
+        fine = fine.to(right.device)
+        rounded = fine[fine.isfinite()]
+        floor = rounded.quantile(0.1).item() if 0 < rounded.numel() <= 2 ** 24 else 0.0
+        largest = right[right.isfinite()].abs().max().item() if right.isfinite().any() else 0.0
+        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * fine.clamp(min=floor) + 16 * EPS64 * largest
+        d = (g - right).abs()
+        agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
+        return ~agree & ((d > allowed) | ~(d.isfinite() | agree))
+
+    def worst_element(self, got, i):
+        """1 and above where an element is far off (the count of far-off elements, so more are worse)."""
+        far = self.far_off(got, i)
+        return float(far.sum().item()) if far is not None else 0.0
 
     def sample(self, got, i):
         g = flat(got)
         return g if self.indices[i] is None else g[self.indices[i]]
 
     def raw_error(self, got, i):
-        if got is None:
-            return 1.0 if self.grads[i].any() else 0.0
-        return relative_error(self.sample(got, i), self.grads[i])
+        """got's error relative to the right gradient's size (for the report's numbers), None as zeros."""
+        return relative_error(*self._pair(got, i))
 
 
 def graded_outputs(output):
@@ -113,7 +201,8 @@ def graded_outputs(output):
 
 
 class Reference:
-    """Autograd through the reference, in float64 where the reference takes it."""
+    """Autograd through the reference, in float64 where the reference takes it; and, to know what
+    rounding alone does, in the op's own dtype and (for a float32 op) on TF32-rounded operands."""
 
     def __init__(self, op, values, reference):
         self.op, self.values, self.reference = op, values, reference
@@ -128,14 +217,17 @@ class Reference:
                 raise UsageError(f"the reference raised {type(error).__name__}: "
                                  f"{clip(error)}") from None
         self.forward = [o.detach().double() for o in outs]
+        dtypes = {values[i].dtype for i in op.inputs}
+        self.own = min(dtypes, key=lambda d: d.itemsize)  # the op's narrowest input dtype
 
-    def _outputs(self, dtype):
-        leaves, passed = self.op.fresh(dtype=dtype, values=self.values)
+    def _outputs(self, dtype, values=None):
+        leaves, passed = self.op.fresh(dtype=dtype, values=self.values if values is None else values)
         outs = graded_outputs(seeded_call(self.op, passed, fn=self.reference))
         return leaves, outs
 
-    def expected(self, grad_outputs, tolerance):
-        leaves, outs = self._outputs(self.dtype)
+    def _grads(self, dtype, grad_outputs, values=None):
+        """The reference's gradient for every argument (None where it takes none), flat float64."""
+        leaves, outs = self._outputs(dtype, values)
         if len(outs) != len(grad_outputs):
             raise UsageError(f"the reference returns {len(outs)} tensor(s) that carry a gradient, the op "
                              f"{len(grad_outputs)}: they must match")
@@ -149,7 +241,50 @@ class Reference:
                 continue
             g = next(grads)
             result.append(torch.zeros_like(leaf, dtype=torch.float64).reshape(-1) if g is None else flat(g))
-        return Expected(result, [None] * len(result), tolerance)
+        return result
+
+    def rounding(self, grad_outputs, exact):
+        """(rounding, fine): how far the reference lands from exact (its float64 gradients) when it computes
+        in the op's dtype (a float64 op: in float32, scaled down by the two dtypes' precisions), and the
+        larger of that and what TF32-rounded operands do, for a float32 op; (None, None) where the
+        reference takes only its own dtype, or refuses the narrower one."""
+        if self.dtype is None:
+            return None, None
+        narrow = torch.float32 if self.own == torch.float64 else self.own
+        scale = torch.finfo(self.own).eps / torch.finfo(narrow).eps
+        try:
+            low = self._grads(narrow if self.own == torch.float64 else None, grad_outputs)
+            tf32 = None
+            if self.own == torch.float32:
+                values = [to_tf32(v) if i in self.op.inputs else v for i, v in enumerate(self.values)]
+                tf32 = self._grads(torch.float64, [to_tf32(g) for g in grad_outputs], values)
+        except Exception:  # noqa: BLE001  (a reference that works only in float64: rounding unknown)
+            return None, None
+        rounding, fine = [], []
+        for k, (want, got) in enumerate(zip(exact, low)):
+            if want is None:
+                rounding.append(None), fine.append(None)
+                continue
+            r = ((got.to(want.device) - want).abs() * scale).nan_to_num(0.0, 0.0, 0.0)
+            r = torch.where(want.isfinite(), r, torch.zeros_like(r))
+            rounding.append(r)
+            t = None if tf32 is None else (tf32[k].to(want.device) - want).abs().nan_to_num(0.0, 0.0, 0.0)
+            fine.append(r if t is None else torch.maximum(r, torch.where(want.isfinite(), t, torch.zeros_like(t))))
+        return rounding, fine
+
+    def expected(self, grad_outputs, tolerance):
+        exact = self._grads(self.dtype, grad_outputs)
+        rounding, fine = self.rounding(grad_outputs, exact)
+        return Expected(exact, [None] * len(exact), tolerance, rounding, fine)
+
+    def tf32_error(self, grad_outputs, i):
+        """How far TF32-rounded operands move input i's gradient (relative), for a float32 op; else 0."""
+        if self.own != torch.float32 or self.dtype is None:
+            return 0.0
+        exact = self._grads(torch.float64, grad_outputs)[i]
+        values = [to_tf32(v) if k in self.op.inputs else v for k, v in enumerate(self.values)]
+        rounded = self._grads(torch.float64, [to_tf32(g) for g in grad_outputs], values)[i]
+        return relative_error(rounded, exact)
 
 
 class FiniteDifferences:
@@ -237,10 +372,20 @@ class FiniteDifferences:
         x = flat(self.values[i]).cpu()
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
+        # The step follows each element's size, and never falls below the input's typical size (a step of
+        # a thousandth of 1e-3 is not the step of a thousandth of 1); an infinite element (a -inf mask)
+        # has no neighbourhood to difference, and is left out like a kink.
+        finite = x[x.isfinite()]
+        typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
+        scale = {k: max(abs(x[k].item()), typical or 1.0) for k in columns.tolist()}
         rows, gaps = {1: [], 2: []}, {1: [], 2: []}
         for k in columns.tolist():
             for factor in (1, 2):
-                h = factor * step * max(1.0, abs(x[k].item()))
+                if not math.isfinite(x[k].item()):
+                    rows[factor].append(torch.full_like(center, float("nan")))
+                    gaps[factor].append(torch.full_like(center, float("nan")))
+                    continue
+                h = factor * step * scale[k]
                 plus, minus = self._copies(self.dtype), self._copies(self.dtype)
                 self._nudge(plus[i], k, h)
                 self._nudge(minus[i], k, -h)
@@ -252,14 +397,14 @@ class FiniteDifferences:
             return empty, empty, torch.zeros(0, dtype=torch.bool, device="cpu")
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        steps = torch.tensor([step * max(1.0, abs(x[k].item())) for k in columns.tolist()],
+        steps = torch.tensor([step * scale[k] for k in columns.tolist()],
                              dtype=torch.float64, device=fine.device)
         # Rounding moves a one-sided slope by about eps * |output| / step; a thousandth of the steepest
         # slope is far more than curvature changes a central difference over one step.
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        smooth = ((central <= allowed) & (doubling <= allowed)).cpu()
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite()
         return fine, coarse, smooth
 
     def expected(self, grad_outputs, tolerance):
@@ -318,3 +463,9 @@ class Truth:
 
     def expected(self, grad_outputs):
         return self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))
+
+    def tf32_error(self, grad_outputs, i):
+        """How far TF32-rounded operands alone move input i's right gradient (relative); 0 where unknown."""
+        if not self.by_reference:
+            return 0.0
+        return self.source.tf32_error([g.detach().contiguous() for g in grad_outputs], i)

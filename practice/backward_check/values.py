@@ -7,8 +7,8 @@ from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_
                      UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
-from .strategies import BLOCK, describe_shapes, uniform_like
-from .truth import FORWARD_WRONG, TOLERANCE, flat
+from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
+from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, Truth, flat
 
 
 def the_forward(context, check):
@@ -39,13 +39,21 @@ def the_forward(context, check):
     return [Passed(check)]
 
 
-# A gradient off by less than this, and by less than four times its tolerance, is too close to call:
-# every trap the ladder below names is off by far more (a uniform grad_output by tens of percent).
+# A gradient off by less than this (or by two of its tolerances, in a narrow dtype), and by less than four
+# tolerances, is too close to call: every trap the ladder below names is off by far more (a uniform
+# grad_output by tens of percent), unless the error is a constant factor, which no rounding makes.
 JUST_PAST = 1e-2
+# A gradient that is the right one times a constant (1 + e) is a wrong formula once |e| is this share of
+# its tolerance, above what TF32's truncated operands can bias a product by (two operands, 2 ** -10 each at
+# most), and four times what is left of the error besides it: rounding scatters, it does not scale.
+SYSTEMATIC_SHARE = 0.5
+SYSTEMATIC_FLOOR = 2e-3
 
 
 def random_grad_output(context, check):
-    """A random grad_output, against the right gradient, input by input."""
+    """A random grad_output, against the right gradient, input by input; and, where the op has several
+    outputs, each output's random grad_output alone (zeros for the others), so that one output's part of
+    a gradient is judged on its own, not beside a larger one's."""
     if not context.forward_right:
         return [Undecided(check, "the forward disagrees with the reference, so the reference's gradient is "
                                  "not this op's", because="the forward")]
@@ -58,18 +66,42 @@ def random_grad_output(context, check):
     expected = context.expected(g)
     outcomes = [Undecided(check, context.why_loose(expected, i)) for i in context.noisy(expected)]
     earlier_wrong = {f.input for f in context.earlier if isinstance(f, Finding) and f.check == check}
-    for i in sorted(context.errors(got, expected)):
+    wrong = {i: (g, got, expected) for i in context.errors(got, expected)}
+    for k in range(len(context.outputs) if len(context.outputs) > 1 else 0):
+        alone = [gk if j == k else torch.zeros_like(gk) for j, gk in enumerate(g)]
+        got_k = context.vjp(alone, f"with only output {k}'s grad_output nonzero")
+        expected_k = context.expected(alone)
+        for i in context.errors(got_k, expected_k):
+            wrong.setdefault(i, (alone, got_k, expected_k))
+    for i in sorted(wrong):
         if context.arg(i) not in earlier_wrong:
-            outcomes.append(diagnose(context, check, i, got, expected, g, shared.get(i, [])))
+            g_i, got_i, expected_i = wrong[i]
+            outcomes.append(diagnose(context, check, i, got_i, expected_i, g_i, shared.get(i, [])))
     return outcomes or [Passed(check)]
 
 
+def systematic(got, expected, i):
+    """The constant factor s where got is s times the right gradient but for a scatter far smaller than
+    |s - 1| (and |s - 1| is a share of the tolerance); else None."""
+    g, right = expected.sample(got, i), expected.grads[i]
+    keep = g.isfinite() & right.isfinite()
+    g, right = g[keep], right[keep]
+    size = right.norm().item()
+    if size == 0.0:
+        return None
+    s = (g @ right).item() / size ** 2
+    scatter = (g - s * right).norm().item() / size
+    e = abs(s - 1.0)
+    return s if e >= max(SYSTEMATIC_SHARE * expected.tolerance[i], SYSTEMATIC_FLOOR) and e >= 4 * scatter else None
+
+
 def diagnose(context, check, i, got, expected, g, shared=()):
-    """Which trap explains input i's wrong gradient under a random grad_output: None where a gradient
-    is needed; the tail of a grown input; a gradient narrower than its input, or one tensor handed
-    back for two inputs; then, if it is only just past its tolerance, undecided; the gradient for
-    grad_output = 1 (everywhere, or for one output); one output's part missing; right for every uniform
-    grad_output (which element it used); else a wrong formula."""
+    """Which trap explains input i's wrong gradient under grad_output g: None where a gradient is needed;
+    right on the first elements and wrong from some element on, here or on the inputs grown (a grid or
+    a mask that stops short); a gradient narrower than its input, or one tensor handed back for two
+    inputs; then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
+    (everywhere, or for one output); one output's part missing; right for every uniform grad_output
+    (which element it used); else a wrong formula."""
     who, where, shape = context.name(i), context.where(), context.values[i].shape
 
     def finding(trap, evidence):
@@ -79,13 +111,15 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     if got[i] is None:
         return finding(RETURNS_WRONG, "backward returned None for it, though it needs a gradient (autograd takes "
                                       "None as zeros)")
-    if context.grown or context.values[i].numel() > BLOCK:
-        stop = partial(context, i, got, expected)
+    stop = stops_short(got[i], expected, i)
+    if stop:
+        return finding(COVERS_PART, f"{stop}: the grid, or the mask, stops short of the tail")
+    if not context.grown:
+        stop = stops_short_when_grown(context, i)
         if stop:
-            on = (f"right for the given inputs; on inputs grown to {describe_shapes(context.values)}, "
-                  if context.grown else "")
-            return Finding(check, COVERS_PART, f"{who}{on}{stop}: the grid, or the mask, stops short of the tail",
-                           input=context.arg(i))
+            return finding(COVERS_PART, f"the gradient is wrong from its first element on the given inputs "
+                                        f"({off:.3g} off, relative), but on inputs grown to {stop}: the grid, or "
+                                        f"the mask, stops short of the tail")
     narrow = narrowed(context, i)
     if narrow:
         return finding(RETURNS_WRONG, narrow)
@@ -97,11 +131,11 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return finding(RETURNS_WRONG, f"its gradient and {context.arg(j)}'s are one tensor, holding {context.arg(j)}'s "
                                       f"right gradient: the backward returns one workspace for both, and the "
                                       f"second gradient overwrote the first ({off:.3g} off, relative)")
-    if off <= JUST_PAST and expected.error(got[i], i, shape) <= 4:  # the rungs below are each off by far more
+    near = near_miss(context, i, got, expected, g, off)
+    if near:
         return Undecided(check, f"{who}the gradient is {off:.3g} (relative) off under a random grad_output, just past "
                                 f"the {expected.tolerance[i]:.3g} this op's precision allows: too little for any trap, "
-                                f"too much to call right; the kernel's own precision (TF32 dot products, say) can "
-                                f"explain it{where}")
+                                f"too much to call right; {near}{where}")
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
     if ones.error(got[i], i, shape) <= 1.0:
         return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
@@ -116,7 +150,7 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         zk = [g[j] if j == k else torch.zeros_like(o) for j, o in enumerate(context.outputs)]
         want_k = context.expected(zk)
         got_zk = context.vjp(zk, f"with only output {k}'s grad_output nonzero")
-        if bool(want_k.grads[i].any()) and got_zk[i] is not None and not flat(got_zk[i]).any():
+        if want_k.error(None, i, shape) > 1.0 and (got_zk[i] is None or not flat(got_zk[i]).any()):
             return finding(IGNORES_GRAD_OUTPUT, f"with a grad_output for output {k} alone (zeros for the others), "
                                                 f"the gradient is 0: the backward drops output {k}'s part, as if "
                                                 f"its grad_output were always 0")
@@ -142,28 +176,78 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                   f"random one{wrong_share(got[i], expected, i)})")
 
 
+def near_miss(context, i, got, expected, g, off):
+    """Why input i's gradient, off by off (relative), is too close to call, or '' where it is not: within
+    four tolerances, or within four times what TF32-rounded operands alone do to a float32 op's right
+    gradient (Triton's default for a float32 tl.dot); never where an element is far off, or the error is
+    a constant factor."""
+    if expected.worst_element(got[i], i) or off > max(JUST_PAST, 2 * expected.tolerance[i]):
+        return ""
+    if systematic(got[i], expected, i) is not None:
+        return ""
+    tf32 = context.truth.tf32_error(g, i)
+    if tf32 and off <= 4 * tf32:
+        return (f"TF32 products (Triton's default for a float32 tl.dot) alone move the right gradient by {tf32:.3g}, "
+                f"so the backward's own precision can explain it")
+    if expected.overall(got[i], i) <= 4:
+        return "the kernel's own precision (TF32 dot products, say) can explain it"
+    return ""
+
+
 def wrong_share(got, expected, i):
     """', 3 of 2000 elements far off' where only a few are."""
-    g, want = expected.sample(got, i), expected.grads[i]
-    bad = (g - want).abs() > torch.maximum(want.abs() / 2, expected.tolerance[i] * want.abs().max())
-    count, total = int(bad.sum()), bad.numel()
+    far = expected.far_off(got, i)
+    if far is None:
+        g, want = expected.sample(got, i), expected.grads[i]
+        far = (g - want).abs() > torch.maximum(want.abs() / 2, expected.tolerance[i] * want.abs().max())
+    count, total = int(far.sum()), far.numel()
     return f"; {count} of {total} elements far off" if 0 < count < total else ""
 
 
-def partial(context, i, got, expected):
-    """On grown inputs: is the error confined to the elements past a point? Then where it starts."""
-    g = flat(got[i])
+# A grid or a mask that stops short leaves a gradient right on at least its first block: a prefix this long
+# (and, where only a sample of the gradient is known, two sampled elements) right, every element after it
+# but a tenth wrong.
+RIGHT_PREFIX = 16
+
+
+def stops_short(got, expected, i):
+    """'the first k of n elements of the gradient are right and the rest wrong' where input i's gradient
+    is right on a prefix of at least RIGHT_PREFIX elements and wrong from there on; else ''."""
+    sample = expected.sample(got, i)
     index = expected.indices[i]
-    sample = g if index is None else g[index]
-    positions = torch.arange(g.numel(), device=g.device) if index is None else index
+    positions = torch.arange(sample.numel(), device=sample.device) if index is None else index
     want = expected.grads[i]
-    bad = (sample - want).abs() > expected.tolerance[i] * max(want.abs().max().item(), 1e-30)
+    rounding = expected.fine[i] if expected.fine[i] is not None else torch.zeros_like(want)
+    allowed = expected.tolerance[i] * max(want.abs().max().item(), 1e-30) + ROUNDING_TIMES * rounding.to(want.device)
+    bad = ~((sample - want).abs() <= allowed)
     if not bad.any() or bad.all():
         return ""
     first_bad = positions[bad].min().item()
-    if bad[positions >= first_bad].float().mean().item() < 0.9 or bad[positions < first_bad].any():
+    right_before = int((positions < first_bad).sum())
+    if first_bad < RIGHT_PREFIX or right_before < 2 or bad[positions >= first_bad].float().mean().item() < 0.9:
         return ""
-    return f"the first {first_bad} of {g.numel()} elements of the gradient are right and the rest wrong"
+    return f"the first {first_bad} of {flat(got).numel()} elements of the gradient are right and the rest wrong"
+
+
+def stops_short_when_grown(context, i):
+    """Where the given inputs are too small to show it: on the inputs grown past several blocks, input i's
+    gradient right on a prefix and wrong from there on. '(shapes): the first k of n ...' or ''."""
+    plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
+    if not plans or context.truth is None:
+        return ""
+    values = grow(context.values, plans[0])
+    try:
+        outputs = context.run("on the inputs grown", values=values, made_up=True).graded
+        g = [randn(o.shape, o, f"grown, the tail {k}", context.base) for k, o in enumerate(outputs)]
+        got = context.vjp(g, "on the inputs grown", values=values, made_up=True)
+        truth = Truth(context.op, values, context.reference, context.graded_positions, sample=True)
+        expected = truth.expected(g)
+    except Exception:  # noqa: BLE001  (the op or the truth refuses the grown inputs: nothing to tell)
+        return ""
+    if got[i] is None or tuple(got[i].shape) != tuple(values[i].shape):
+        return ""
+    stop = stops_short(got[i], expected, i)
+    return f"{describe_shapes(values)}, {stop}" if stop else ""
 
 
 def narrowed(context, i):
