@@ -22,6 +22,9 @@ RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gr
 
 
 DIFFERENCED = "differenced for the right gradient"
+# Units in the last place of the op's precision that rounding may leave in a gradient, relative to its
+# largest element: a sum of a few thousand terms in any order stays well inside it.
+ROUNDING_ULPS = 1024
 
 
 class OpRaised(Exception):
@@ -199,12 +202,22 @@ class Context:
         first = self.repeat[0][i]
         return None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
 
+    @functools.cached_property
+    def rounding_floor(self):
+        """What rounding alone can leave in any gradient of the op: ROUNDING_ULPS of the precision it
+        computes in, times its largest gradient element under a random grad_output. A gradient that is
+        zero in exact arithmetic (a bias before a batch norm) is rounding alone, and two sums of it in
+        different orders (atomic adds) differ by that much, however far apart relative to each other."""
+        largest = max((flat(t).nan_to_num(0.0, 0.0, 0.0).abs().max().item() for t in self.repeat[0]
+                       if t is not None and t.numel()), default=0.0)
+        return ROUNDING_ULPS * torch.finfo(self.computed).eps * largest
+
     def noise(self, i):
         """How far the same call made twice lands from itself (relative): 0 for a deterministic op."""
         first, second = self.repeat
         if first[i] is None or second[i] is None or first[i].shape != second[i].shape:
             return 0.0
-        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i))
+        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i), floor=self.rounding_floor)
 
     def tolerance(self, i):
         """How far two of the op's own gradients may differ: the dtype's tolerance (the precision the
@@ -224,13 +237,13 @@ class Context:
         for i in self.op.inputs if inputs is None else inputs:
             if (a[i] is None) != (b[i] is None):  # None is zeros to autograd: legal where the other is 0
                 other = a[i] if b[i] is None else b[i]
-                if bool(flat(other).abs().nan_to_num(1.0).max() > 0):
+                if bool(flat(other).abs().nan_to_num(1.0).max() > self.rounding_floor):
                     differ[i] = float("inf")
             elif a[i] is not None:
                 if a[i].shape != b[i].shape:
                     differ[i] = float("inf")
                     continue
-                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i))
+                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i), floor=self.rounding_floor)
                 if error > self.tolerance(i):
                     differ[i] = error
         return differ

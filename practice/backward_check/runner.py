@@ -74,9 +74,9 @@ CHECKS = (
                                                              MUTATES_GRAD_OUTPUT),
           "each grad_output layout autograd hands on (after a transpose, torch.cat, .sum(dim=0), .sum(dim=-1), .sum()) "
           "against the same values made contiguous", undecided_after=(SAME_CALL,)),
-    Check("transposed inputs", strides.transposed_inputs, (CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT),
-          "each input laid out transposed, with the same values: the same outputs and gradients",
-          sets=(GIVEN,), undecided_after=(SAME_CALL,)),
+    Check("inputs laid out otherwise", strides.other_input_layouts, (CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT),
+          "each input laid out transposed, and as a padded view whose gaps hold NaN (`x[:, :d]`, `x[::2]`), with "
+          "the same values: the same outputs and gradients", sets=(GIVEN,), undecided_after=(SAME_CALL,)),
     Check("fan-in", uses.fan_in, (SINGLE_USE,),
           "(z * a).sum() + (z * b).sum(): one backward call with a + b, and the right gradient for it (autograd "
           "sums before the call, so only a backward that depends on grad_output's size can fail it)",

@@ -11,7 +11,8 @@ Inputs: the ones given, and the same grown to span several 1024-element blocks w
 The checker varies only what is its own to vary: the floating-point inputs it takes gradients for.
 It never changes an integer tensor or an argument named in no_grad, so a dimension such an argument
 has (or an integer that equals a size) is never grown. A grown input holds the given values, tiled,
-each scaled by a factor in (0.75, 1.25): the user's regime, with no two rows equal.
+each scaled by a factor in (0.75, 1.25): the user's regime, with no two rows equal, and no two
+values equal that the factors made equal (no new ties for a selection op to break either way).
 
 Every random draw comes from a stream named for its use (draw(name, ...)), made on the CPU from its
 own generator, never torch's global one, and then moved to the device of the tensor it is like.
@@ -59,8 +60,12 @@ def after_sum_last(t, name, base=0):
 
 
 def after_cat(t, name, base=0):
-    """(w * torch.cat([z, other], dim=-1)).sum(): CatBackward0 hands z a narrow view of w."""
+    """(w * torch.cat([z, other], dim=-1)).sum(): CatBackward0 hands z a narrow view of w. The columns
+    beyond the view hold NaN (as torch's noncontiguous_like fills its gaps), so a kernel that reads it with
+    the wrong row stride reads NaN, not plausible numbers."""
     wider = randn((*t.shape[:-1], t.shape[-1] + 3), t, name, base)
+    if wider.is_floating_point():
+        wider[..., t.shape[-1]:] = float("nan")
     return wider.narrow(-1, 0, t.shape[-1])
 
 
@@ -100,15 +105,62 @@ def transposed_copy(t):
     return t.detach().permute(*reverse).contiguous().permute(*reverse)
 
 
+def padded_copy(t):
+    """The same values as a view into a wider buffer whose gaps hold NaN: each row padded (`qkv[:, :d]`,
+    strides (d + 3, 1)) where t has 2 or more dims, every other element (`x[::2]`) where it has 1. A kernel
+    that takes the row stride, or the element stride, for granted reads NaN."""
+    t = t.detach()
+    if t.dim() >= 2:
+        wider = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=t.dtype, device=t.device)
+        view = wider.narrow(-1, 0, t.shape[-1])
+    else:
+        wider = torch.full((2 * t.shape[0],), float("nan"), dtype=t.dtype, device=t.device)
+        view = wider[::2]
+    return view.copy_(t)
+
+
+# How an input is laid out otherwise, with the same values: by name, where the op may be handed it.
+INPUT_LAYOUTS = {
+    "laid out transposed": transposed_copy,
+    "a padded view (`x[:, :d]` of a wider buffer, or `x[::2]`)": padded_copy,
+}
+
+
+def input_layouts_for(t):
+    """(label, the same values laid out so) for each input layout that differs from contiguous for t."""
+    if t.numel() < 2 or not t.is_floating_point():
+        return []
+    chosen = []
+    for label, make in INPUT_LAYOUTS.items():
+        if make is transposed_copy and t.dim() < 2:
+            continue
+        laid = make(t)
+        if not laid.is_contiguous():
+            chosen.append((label, laid))
+    return chosen
+
+
 def jittered(t, name, base=0):
     """Other values of t's shape and sign, in its regime: each scaled by a factor in (0.75, 1.25), and kept
-    within the given values' range (a probability stays a probability)."""
-    factor = torch.rand(t.shape, generator=generator(name, base), dtype=torch.float64, device="cpu") * 0.5 + 0.75
+    within the given values' range (a probability stays a probability). A value the factor would carry out
+    of the range is scaled by the mirrored factor (2 - f) instead, and one still outside is drawn at random
+    inside it: never clamped, since a clamp would make values equal that were not (a tie at a row's
+    maximum, which a selection op may break either way)."""
+    draws = generator(name, base)
+    factor = (torch.rand(t.shape, generator=draws, dtype=torch.float64, device="cpu") * 0.5 + 0.75).to(t.device)
+    inside = torch.rand(t.shape, generator=draws, dtype=torch.float64, device="cpu").to(t.device)
     values = t.detach().double()
     finite = values[values.isfinite()]
-    scaled = values * factor.to(t.device)
+    scaled = values * factor
     if finite.numel():
-        scaled = torch.where(values.isfinite(), scaled.clamp(finite.min().item(), finite.max().item()), values)
+        low, high = finite.min().item(), finite.max().item()
+
+        def out(v):
+            return (v < low) | (v > high)
+
+        scaled = torch.where(out(scaled), values * (2.0 - factor), scaled)
+        scaled = torch.where(out(scaled), low + (high - low) * inside, scaled)
+        scaled = torch.where(values.isfinite(), scaled, values)
     return scaled.to(t.dtype).contiguous()
 
 

@@ -5,7 +5,7 @@ import torch
 from .context import OpRaised, largest_change
 from .report import (CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT, MUTATES_GRAD_OUTPUT, REFUSED,
                      Finding, Note, Passed)
-from .strategies import layouts_for, transposed_copy
+from .strategies import input_layouts_for, layouts_for
 from .truth import flat, relative_error
 
 # torch's words for an in-place write into a tensor whose elements share memory (a stride-0 grad_output)
@@ -75,8 +75,11 @@ def finding(check, context, failures, trap):
 
 
 def laid_out_as(x, like):
-    """x's values, laid out with like's strides (like's elements each in memory of its own)."""
+    """x's values, laid out with like's strides (like's elements each in memory of its own), any gaps
+    between them NaN."""
     out = torch.empty_strided(tuple(like.shape), like.stride(), dtype=x.dtype, device=x.device)
+    if out.is_floating_point():
+        out.as_strided((out.untyped_storage().nbytes() // out.element_size(),), (1,), 0).fill_(float("nan"))
     return out.copy_(x)
 
 
@@ -97,47 +100,56 @@ def read_with_input_strides(context, i, k, g_layout, g_contiguous):
     return not context.same(both, want, [i])
 
 
-def transposed_inputs(context, check):
-    """Each input of two or more dimensions laid out transposed, with the same values: the forward and
-    the gradients must be what they are for the contiguous input. Refusing the layout, loudly, is legal."""
+def other_input_layouts(context, check):
+    """Each input laid out otherwise, with the same values: transposed (two or more dims), and as a padded
+    view whose gaps hold NaN (`qkv[:, :d]`, or `x[::2]` for one dim). The forward and the gradients must be
+    what they are for the contiguous input. Refusing the layout, loudly, is legal."""
     outcomes = []
     g = context.randoms("transposed inputs")
     for i in context.op.inputs:
-        if context.values[i].dim() < 2:
-            continue
-        values = list(context.values)
-        values[i] = transposed_copy(context.values[i])
-        want = context.run("with contiguous inputs")
-        try:
-            run = context.run(f"with {context.arg(i)} laid out transposed", values=values, made_up=True)
-        except OpRaised as raised:
-            outcomes.append(Note(check, f"refuses {context.arg(i)} laid out transposed ({raised.message})", REFUSED))
-            continue
-        off = max((relative_error(flat(a), flat(b)) for a, b in zip(run.graded, want.graded)), default=0.0)
-        if off > context.output_tolerance():
-            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} laid out transposed (the same "
-                                    f"values), the forward's output is {off:.3g} (relative) off{context.where()}",
-                                    input=context.arg(i)))
-            continue
-        ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
-        try:
-            got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} laid out transposed")
-        except OpRaised as raised:
-            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} laid out transposed, "
-                                    f"and the backward takes it contiguous, but raises for it transposed: "
-                                    f"{raised.message}{context.where()}",
-                                    input=context.arg(i), error=type(raised.error).__name__))
-            continue
-        differ = context.same(got, ref)
-        if differ and read_with_input_strides(context, i, 0, values[i], [t.clone() for t in g]):
-            outcomes.append(Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} laid "
-                                    f"out transposed and grad_output contiguous, right when grad_output is laid out "
-                                    f"the same way: the backward reads grad_output with {context.arg(i)}'s strides"
-                                    f"{context.where()}", input=context.arg(i)))
-        elif differ:
-            j = min(differ)
-            outcomes.append(Finding(check, CONTIGUOUS_INPUT, f"{context.name(j)}with {context.arg(i)} laid out "
-                                    f"transposed (the same values), the forward is right but the gradient is "
-                                    f"{differ[j]:.3g} (relative) off: the backward reads the saved input as if "
-                                    f"contiguous{context.where()}", input=context.arg(i)))
+        for label, laid in input_layouts_for(context.values[i]):
+            outcome = one_input_layout(context, check, g, i, label, laid)
+            if outcome is not None:
+                outcomes.append(outcome)
+                if isinstance(outcome, Finding):
+                    break  # one finding an input: its other layouts would say the same
     return outcomes or [Passed(check)]
+
+
+def one_input_layout(context, check, g, i, label, laid):
+    """input i laid out as laid (label says how): a Note where the op refuses it, a Finding where the op
+    gets it wrong, None where it is right."""
+    values = list(context.values)
+    values[i] = laid
+    want = context.run("with contiguous inputs")
+    try:
+        run = context.run(f"with {context.arg(i)} {label}", values=values, made_up=True)
+    except OpRaised as raised:
+        return Note(check, f"refuses {context.arg(i)} {label} ({raised.message})", REFUSED)
+    off = max((relative_error(flat(a), flat(b)) for a, b in zip(run.graded, want.graded)), default=0.0)
+    if off > context.output_tolerance():
+        return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {label} (the same values), the forward's "
+                                                f"output is {off:.3g} (relative) off{context.where()}",
+                       input=context.arg(i))
+    ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
+    try:
+        got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} {label}")
+    except OpRaised as raised:
+        return Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {label}, and the backward "
+                                                f"takes it contiguous, but raises for it so: {raised.message}"
+                                                f"{context.where()}", input=context.arg(i),
+                       error=type(raised.error).__name__)
+    differ = context.same(got, ref)
+    if not differ:
+        return None
+    if context.values[i].shape == context.outputs[0].shape and \
+            read_with_input_strides(context, i, 0, laid, [t.clone() for t in g]):
+        return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} {label} and "
+                                                   f"grad_output contiguous, right when grad_output is laid out the "
+                                                   f"same way: the backward reads grad_output with "
+                                                   f"{context.arg(i)}'s strides{context.where()}", input=context.arg(i))
+    j = min(differ)
+    return Finding(check, CONTIGUOUS_INPUT, f"{context.name(j)}with {context.arg(i)} {label} (the same values), the "
+                                            f"forward is right but the gradient is {differ[j]:.3g} (relative) off: "
+                                            f"the backward reads the saved input as if contiguous{context.where()}",
+                   input=context.arg(i))

@@ -48,12 +48,14 @@ FAR_OFF = 0.5
 EPS64 = torch.finfo(torch.float64).eps
 
 
-def relative_error(got, right, typical=None):
+def relative_error(got, right, typical=None, floor=0.0):
     """How far got is from right, relative to right's size, both float64 and flat, over the finite
     elements (a NaN or an infinity must stand where the right answer has the same): the larger of
     |d| / |right| (norms) and max |d| / max |right|. typical: a gradient of the same input under
     another grad_output, whose size right's counts as at least (where right is exactly 0 here, but not
-    everywhere); no floor otherwise, so a bug in small gradients is not hidden by an absolute tolerance."""
+    everywhere); floor: the size an element counts as at least (the rounding of the op's larger gradients,
+    where right is rounding alone); no floor otherwise, so a bug in small gradients is not hidden by an
+    absolute tolerance."""
     pair = comparable(got, right)
     if pair is None:
         return float("inf")
@@ -65,6 +67,7 @@ def relative_error(got, right, typical=None):
     if typical is not None and typical.numel():
         typical = typical[typical.isfinite()]
         size, largest = max(size, typical.norm().item()), max(largest, typical.abs().max().item())
+    size, largest = max(size, floor * right.numel() ** 0.5), max(largest, floor)
     if size == 0.0:
         return 0.0 if d.abs().max().item() == 0.0 else float("inf")
     return max(d.norm().item() / size, d.abs().max().item() / largest)

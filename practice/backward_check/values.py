@@ -12,31 +12,56 @@ from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, Truth, flat
 
 
 def the_forward(context, check):
-    """The forward's outputs against the reference's. Far off is a wrong forward (or, on grown inputs
-    where the given ones were right, a grid or mask that stops short); a little off, a note, and the
-    gradients are held to the precision the forward achieves."""
+    """The forward's outputs against the reference's. Far off is a wrong forward, or, where the outputs are
+    right on a prefix and wrong from there on, a grid or mask that stops short; a little off, a note, and
+    the gradients are held to the precision the forward achieves."""
     error = context.forward_error
     precise = 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4)
     given = context.given.forward_error if context.grown and context.given is not None else None
-    if context.grown and given is not None and given <= FORWARD_WRONG:
-        if error > FORWARD_WRONG:
-            return [Finding(check, COVERS_PART, f"the forward matches the reference on the given inputs, but is "
-                                                f"{error:.3g} (relative) off it{context.where()}: its grid, or its "
-                                                f"mask, stops short")]
-        if given <= precise and error > 10 * max(given, precise):
-            return [Finding(check, WRONG_FORWARD, f"the forward is {given:.3g} (relative) off the reference on the "
-                                                  f"given inputs and {error:.3g} off it{context.where()}: a size it "
-                                                  f"gets wrong (a dimension mixed up, say), which the given shape hides")]
     if error > FORWARD_WRONG:
-        if context.grown:
+        stop = forward_stops_short(context)
+        if stop:
+            return [Finding(check, COVERS_PART, f"the forward is {error:.3g} (relative) off the reference"
+                                                f"{context.where()}: {stop}, so its grid, or its mask, stops short")]
+        if context.grown and given is not None and given > FORWARD_WRONG:
             return []  # the given inputs' finding says it
+        if context.grown:
+            return [Finding(check, WRONG_FORWARD, f"the forward matches the reference on the given inputs, but is "
+                                                  f"{error:.3g} (relative) off it from its first element on"
+                                                  f"{context.where()}: a size it gets wrong (a dimension mixed "
+                                                  f"up, say), which the given shape hides")]
         return [Finding(check, WRONG_FORWARD, f"the forward's output is {error:.3g} (relative) off the reference's: "
                                               f"a wrong forward, or the wrong reference; its gradients are not "
                                               f"judged against that reference")]
+    if context.grown and given is not None and given <= precise and error > 10 * max(given, precise):
+        return [Finding(check, WRONG_FORWARD, f"the forward is {given:.3g} (relative) off the reference on the "
+                                              f"given inputs and {error:.3g} off it{context.where()}: a size it "
+                                              f"gets wrong (a dimension mixed up, say), which the given shape hides")]
     if error > precise:
         return [Note(check, f"the op's forward is {error:.3g} (relative) off the reference{context.where()}, so its "
                             f"gradients are held to {4 * error:.3g}", FORWARD_PRECISION)]
     return [Passed(check)]
+
+
+def forward_stops_short(context):
+    """'output k's first m of n elements are right and the rest wrong' where an output is right on a prefix
+    of at least RIGHT_PREFIX elements (to its dtype's precision, or the given inputs' error) and wrong from
+    there on; else ''."""
+    precise = 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4)
+    given = context.given.forward_error if context.grown and context.given is not None else 0.0
+    allowed = max(precise, 4 * given)
+    for k, (ours, theirs) in enumerate(zip(context.outputs, context.truth.source.forward)):
+        got, want = flat(ours), theirs.reshape(-1).to(ours.device)
+        bad = ~((got - want).abs() <= allowed * max(want[want.isfinite()].abs().max().item()
+                                                    if want.isfinite().any() else 0.0, 1e-30))
+        bad &= ~((got.isnan() & want.isnan()) | (got.isinf() & (got == want)))
+        if not bad.any() or bad.all():
+            continue
+        first_bad = int(bad.nonzero()[0].item())
+        if first_bad >= RIGHT_PREFIX and bad[first_bad:].float().mean().item() >= 0.9:
+            which = f"output {k}'s" if len(context.outputs) > 1 else "its"
+            return f"{which} first {first_bad} of {got.numel()} elements are right and the rest wrong"
+    return ""
 
 
 # A gradient off by less than this (or by two of its tolerances, in a narrow dtype), and by less than four
