@@ -5,7 +5,8 @@ import sys
 import pytest
 import torch
 from chapter_scripts import DEVICE, REPO, hardened_ops, seeded_randn
-from checker_zoo import CrossEntropyPerRow, LeakyScale, MulHonouringNeeds, gelu, logits_and_target
+from checker_zoo import (CrossEntropyPerRow, LeakyScale, MulHonouringNeeds, dgelu, gelu, logits_and_target,
+                         one_input, triton_gelu)
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_check import strategies  # noqa: E402
@@ -119,20 +120,33 @@ def test_wrong_calls_are_refused_with_a_message():
         check_backward(42, x)
 
 
-def test_finite_differences_past_their_call_budget_are_refused():
+def test_past_the_call_budget_finite_differences_go_along_random_directions():
+    """No reference at (300, 400): the right op is clean and the chapter's bug named, judged along directions."""
     big = seeded_randn(300, 400, seed=5)
-    with pytest.raises(UsageError, match="finite differences would need .* pass reference="):
-        check_backward(hardened_ops.TritonGELU, big)
+    report = check_backward(hardened_ops.TritonGELU, big)
+    assert report.clean and "random directions" in report.checked, str(report)
+    no_chain = one_input(triton_gelu, lambda x, g: dgelu(x), "GELUNoChainRuleBig")
+    report = check_backward(no_chain, big)
+    assert report.traps == ["ignores grad_output"], str(report)
 
 
 def test_the_call_budget_is_a_count_not_a_time():
-    """Whether finite differences run depends on the input's size only, never on the machine's speed:
-    990 elements need 4 * 990 = 3960 calls (two steps, either side) and run; 1025 need 4100 and are refused."""
+    """How finite differences run depends on the input's size only, never on the machine's speed: 990
+    elements need 4 * 990 = 3960 calls (two steps, either side), column by column; 1025 would need 4100, so
+    they go along random directions, whose calls do not grow with the elements."""
+    calls = []
+
     def tanh(x):
+        calls.append(x.numel())
         return torch.tanh(x)
-    assert check_backward(tanh, seeded_randn(33, 30, seed=7), grow=False).clean
-    with pytest.raises(UsageError, match=r"would need 4100 calls of the op \(at most 4000\)"):
-        check_backward(tanh, seeded_randn(41, 25, seed=7), grow=False)
+    assert "random directions" not in check_backward(tanh, seeded_randn(33, 30, seed=7), grow=False).checked
+    counts = []
+    for shape in ((41, 25), (410, 250)):
+        calls.clear()
+        report = check_backward(tanh, seeded_randn(*shape, seed=7), grow=False)
+        assert report.clean and "random directions" in report.checked, str(report)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] < 400, counts
 
 
 def test_a_forward_that_disagrees_with_the_reference_is_a_wrong_forward():
@@ -294,3 +308,55 @@ def test_create_graph_without_a_reference_is_undecided():
     """A gradient that carries a graph may still be the wrong one: without a reference nothing can tell."""
     report = check_backward(lambda x: x ** 3, seeded_randn(3, 5, seed=14), second_order=True, grow=False)
     assert report.clean and any(u.check == "create_graph=True" for u in report.undecided), str(report)
+
+
+def test_jittered_values_make_no_new_ties_and_stay_in_range():
+    """The checker must not create what the user's values did not have: no clamp to the range's ends, so no
+    ties at a row's maximum for a top-k to break either way; a probability stays a probability."""
+    x = seeded_randn(8, 33, seed=11, dtype=torch.float64)
+    jittered = strategies.jittered(x, "ties")
+    assert all(row.unique().numel() == row.numel() for row in jittered)
+    assert not bool((jittered == x.max()).any() or (jittered == x.min()).any())
+    p = torch.rand(8, 33, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(DEVICE)
+    q = strategies.jittered(p, "probabilities")
+    assert bool(((q >= p.min()) & (q <= p.max())).all()) and q.unique().numel() == q.numel()
+
+
+def test_the_gaps_of_narrow_views_hold_nan():
+    """As torch's noncontiguous_like: a kernel reading with the wrong stride reads NaN, never plausible numbers."""
+    t = torch.zeros(4, 6, device=DEVICE)
+    narrow = strategies.after_cat(t, "gaps")
+    assert narrow.stride() == (9, 1) and not narrow.isnan().any()
+    assert narrow.as_strided((4 * 9 - 3,), (1,)).isnan().sum() == 3 * 3
+    for x in (seeded_randn(4, 6, seed=12), seeded_randn(7, seed=13)):
+        padded = strategies.padded_copy(x)
+        assert not padded.is_contiguous() and torch.equal(padded, x)
+        storage = padded.as_strided((padded.untyped_storage().nbytes() // padded.element_size(),), (1,), 0)
+        assert storage.isnan().sum() == storage.numel() - x.numel()
+    labels = [label for label, _ in strategies.input_layouts_for(seeded_randn(7, seed=13))]
+    assert labels == ["a padded view (`x[:, :d]` of a wider buffer, or `x[::2]`)"]  # a 1-D input too
+
+
+def test_a_kernel_that_takes_the_row_stride_for_granted_is_named_on_a_padded_view():
+    """flash-attn's maybe_contiguous repairs only a last-dimension stride other than 1; a kernel behind it that
+    assumes rows of shape[-1] elements is wrong on qkv[:, :d], which the checker now lays its inputs out as."""
+    def maybe_contiguous(x):
+        return x if x.stride(-1) == 1 else x.contiguous()
+
+    def rows_assumed(x):  # reads x's storage as if its rows were packed
+        return torch.as_strided(x, x.shape, (x.shape[-1], 1), x.storage_offset())
+
+    class SquareRowsAssumed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x = maybe_contiguous(x)
+            ctx.save_for_backward(x)
+            return rows_assumed(x) * rows_assumed(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, = ctx.saved_tensors
+            return 2 * rows_assumed(x) * grad_output
+
+    report = check_backward(SquareRowsAssumed, seeded_randn(6, 5, seed=14), reference=lambda x: x * x)
+    assert report.traps == ["assumes a contiguous input"] and "padded view" in str(report), str(report)

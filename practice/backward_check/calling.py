@@ -11,6 +11,17 @@ import inspect
 import torch
 
 
+# Who is told of each call the checker is about to make of the op (a pytest plugin that runs the checks in
+# a worker process, so that a fault that kills the process can be told apart by the call that provoked it).
+LISTENERS = []
+
+
+def announce(what):
+    """Tells every listener the call the checker is about to make of the op, in the report's words."""
+    for listener in LISTENERS:
+        listener(what)
+
+
 class UsageError(ValueError):
     """The checker was called wrongly (not the op's fault): the command line exits 2 on it."""
 
@@ -184,17 +195,44 @@ class Op:
                 leaves.append(None)
                 passed.append(v)
                 continue
-            copy = v.detach().clone()
+            copy = same_layout(v.detach())
             if dtype is not None and copy.is_floating_point():
-                copy = copy.to(dtype)
+                copy = same_layout(copy, dtype)
             if i in self.inputs and i not in frozen:
                 leaf = copy.requires_grad_(True)
                 leaves.append(leaf)
-                passed.append(leaf.clone())
+                passed.append(same_layout(leaf))
             else:
                 leaves.append(None)
                 passed.append(copy)
         return leaves, passed
+
+
+def packed(t):
+    """Whether t's elements fill its memory without gaps, in some order of its dimensions (contiguous, or
+    transposed), or overlap (stride 0): what clone() copies as it is."""
+    if any(stride == 0 for stride in t.stride()):
+        return True
+    expected = 1
+    for size, stride in sorted(((size, stride) for size, stride in zip(t.shape, t.stride()) if size > 1),
+                               key=lambda pair: pair[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def same_layout(t, dtype=None):
+    """A copy of t with t's very strides (a differentiable one where t requires grad), in dtype: clone()
+    keeps a transposed layout but packs a padded view (`x[:, :d]`) dense, and the checker hands the op its
+    inputs as they were laid out. Gaps between the elements hold NaN, as the checker's own padded views do."""
+    dtype = dtype or t.dtype
+    if packed(t):
+        return t.clone() if dtype == t.dtype else t.to(dtype, copy=True)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    fill = float("nan") if dtype.is_floating_point else 0
+    out = torch.full((span,), fill, dtype=dtype, device=t.device).as_strided(tuple(t.shape), t.stride())
+    return out.copy_(t)
 
 
 def _holds_tensors(value):

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from .calling import UsageError, carries_gradient, clip, forward
+from .calling import UsageError, announce, carries_gradient, clip, forward
 from .report import CRASHES, RETURNS_WRONG
 from .strategies import describe_shapes, randn
 from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, narrowest, relative_error
@@ -94,6 +94,7 @@ class Context:
     def run(self, what, values=None, frozen=(), made_up=False):
         """The forward on fresh copies of values (these, by default). On grown inputs every call is on values
         the checker made up."""
+        announce(what + self.where())
         try:
             return forward(self.op, frozen=frozen, values=self.values if values is None else values)
         except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
@@ -103,6 +104,7 @@ class Context:
         """The gradients of run's outputs under grad_outputs (one for each output that carries a gradient
         with every input wanting one, in order), each copied as it comes back (raw=False), so a backward
         that hands back a workspace it reuses cannot change them at its next call."""
+        announce(what + self.where())
         try:
             grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions)
         except Exception as error:  # noqa: BLE001
@@ -120,6 +122,7 @@ class Context:
     def grad_of(self, loss, leaves, what):
         """autograd.grad of a loss the check built around the op, for each of leaves (None where none)."""
         wanted = [x for x in leaves if x is not None]
+        announce(what + self.where())
         try:
             grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
         except Exception as error:  # noqa: BLE001

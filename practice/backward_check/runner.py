@@ -15,6 +15,8 @@ and one legal case near it that must stay clean (tests/checker_zoo.py). Adding a
 import dataclasses
 import os
 
+import torch
+
 from . import returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
@@ -115,6 +117,33 @@ def too_early(raised):
                          "or set TRITON_INTERPRET=1 before Python starts") from None
 
 
+# CUDA's words for a fault that leaves the process's GPU context unusable: every later call fails with it.
+FAULT_WORDS = ("illegal memory access", "unspecified launch failure", "device-side assert", "misaligned address",
+               "illegal instruction", "hardware stack error", "ILLEGAL_ADDRESS", "LAUNCH_FAILED")
+LOST = "the GPU context is lost"
+
+
+def faulted(message):
+    return any(word in message for word in FAULT_WORDS)
+
+
+def device_lost(device):
+    """Whether the op's device no longer answers (a fault of the op's left its context unusable)."""
+    if device is None or device.type != "cuda":
+        return False
+    try:
+        (torch.ones(1, device=device) + 1).item()
+        torch.cuda.synchronize(device)
+        return False
+    except Exception:  # noqa: BLE001  (any failure of a one-element add is the context's)
+        return True
+
+
+def op_device(context):
+    tensors = [v for v in context.values if isinstance(v, torch.Tensor)]
+    return tensors[0].device if tensors else None
+
+
 def attempt(check, context):
     """The check's outcomes, and the one place a raise becomes one: the op's raise on the caller's values
     is a finding (the trap the call site names), on values the checker made up a note, and the
@@ -126,6 +155,11 @@ def attempt(check, context):
     except OpRaised as raised:
         too_early(raised)
         message = raised.message
+        if faulted(message):
+            return [Finding(check.name, CRASHES, f"the op faulted the GPU {raised.what}: {message}{context.where()}; "
+                                                 f"its context is lost, so no later check in this process can run "
+                                                 f"(the pytest plugin runs each op's checks in a process of its own)",
+                            error=type(raised.error).__name__)]
         if "0 active drivers" in message:
             message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
         if raised.what == DIFFERENCED:
@@ -136,6 +170,9 @@ def attempt(check, context):
         return [Finding(check.name, raised.trap, f"{raised.what}: {message}{context.where()}",
                         error=type(raised.error).__name__)]
     except Exception as error:  # noqa: BLE001  (the checker's own failure: never a traceback, never a verdict)
+        if faulted(str(error)) or device_lost(op_device(context)):
+            return [Undecided(check.name, f"{LOST} (a fault of the op's, in an earlier call, or in this check's: "
+                                          f"{clip(error, 120)}), so this check could not run", because=LOST)]
         if os.environ.get("BACKWARD_CHECK_DEBUG"):
             raise
         return [Undecided(check.name, f"the checker itself failed here ({type(error).__name__}: {clip(error, 120)}); "
@@ -151,6 +188,11 @@ def run_set(context, options):
     outcomes, found_by = [], set()
     for check in CHECKS:
         if not applies(check, context, options):
+            continue
+        if any(isinstance(o, Finding) and o.trap is CRASHES and LOST in o.evidence for o in outcomes) or \
+                any(isinstance(o, Undecided) and o.because == LOST for o in outcomes):
+            outcomes.append(Undecided(check.name, f"{LOST} after the op's fault, so this check could not run",
+                                      because=LOST))
             continue
         blocker = next((c for c in check.undecided_after if c in found_by), None)
         if blocker:
@@ -212,5 +254,8 @@ def run(op, reference, second_order=False, grow_inputs=True):
         if context is not None:
             outcomes += run_set(context, options)
             checked.append(f"grown to {describe_shapes(context.values)}")
-    truth = "the reference, in float64" if reference is not None else "finite differences"
+    try:
+        truth = given.truth.describe()
+    except (OpRaised, UsageError):
+        truth = "the reference, in float64" if reference is not None else "finite differences"
     return outcomes, f"{' and '.join(checked)}; against {truth}"

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from .calling import UsageError, carries_gradient, clip, flatten, seeded_call
+from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call
 from .strategies import BLOCK, generator
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
@@ -39,6 +39,11 @@ FD_MAX_CALLS = 4000
 FD_MAX_S = 600.0
 FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
+# Past FD_MAX_CALLS, the gradient is checked along random directions instead of column by column (as
+# gradcheck's fast mode and JAX's check_vjp do): <gradient, u> against the directional derivative
+# (f(x + h u) - f(x - h u)) / 2h, at a cost that grows with the directions, not the elements. Some
+# directions span the whole input, some only its first block, some only its last (ragged) block.
+DIRECTIONS = {"every element": 8, "the first block": 2, "the last block": 2}
 # How many times the reference's own rounding (in the op's dtype, or under TF32 operands) the op may be off:
 # the same computation in another order (atomic adds, a fused kernel) rounds differently, not worse by more.
 ROUNDING_TIMES = 8
@@ -149,7 +154,7 @@ class Expected:
         return max(self.overall(got, i), self.worst_element(got, i))
 
     def _pair(self, got, i):
-        g = torch.zeros_like(self.grads[i]) if got is None else self.sample(got, i)
+        g = torch.zeros_like(self.grads[i]) if got is None else self.sample(got, i).to(self.grads[i].device)
         return g, self.grads[i]
 
     def overall(self, got, i):
@@ -191,8 +196,12 @@ class Expected:
         return float(far.sum().item()) if far is not None else 0.0
 
     def sample(self, got, i):
-        g = flat(got)
-        return g if self.indices[i] is None else g[self.indices[i]]
+        """What is known of got, as self.grads[i] holds it: every element, a sample of them, or its inner
+        products with random directions."""
+        g, index = flat(got), self.indices[i]
+        if index is None:
+            return g
+        return index.of(g) if isinstance(index, Directions) else g[index]
 
     def raw_error(self, got, i):
         """got's error relative to the right gradient's size (for the report's numbers), None as zeros."""
@@ -314,11 +323,16 @@ class FiniteDifferences:
             self.columns[i] = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
                 else torch.arange(n, device="cpu")
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
+        self.directions = {}  # input: (directions, n) float64, and what each spans
+        if calls > FD_MAX_CALLS:
+            for i in op.inputs:
+                self.directions[i] = self._directions(i)
+            calls = sum(4 * len(d[0]) for d in self.directions.values())
         seconds = calls * per_call
-        if calls > FD_MAX_CALLS or seconds > FD_MAX_S:
-            raise UsageError(f"finite differences would need {calls} calls of the op (at most {FD_MAX_CALLS}), "
-                             f"about {seconds:.0f} s here: pass reference=... (differentiable torch ops) "
-                             f"or smaller inputs")
+        if seconds > FD_MAX_S:
+            raise UsageError(f"finite differences would need {calls} calls of the op, about {seconds:.0f} s here "
+                             f"(at most {FD_MAX_S:.0f}): pass reference=... (differentiable torch ops) or smaller "
+                             f"inputs")
         if seconds > FD_NOTE_S:
             print(f"check_backward({op.name}): finite differences need {calls} calls of the op, about "
                   f"{seconds:.0f} s here; a reference=... would be faster", file=sys.stderr)
@@ -328,6 +342,9 @@ class FiniteDifferences:
         # derivative for finite differences to find: such an element is left out, never judged.
         self.jacobians, self.kinks = {}, {}
         for i in op.inputs:
+            if i in self.directions:
+                self.jacobians[i], self.directions[i] = self._directional(i, step, base)
+                continue
             fine, coarse, smooth = self._jacobians(i, step, self.columns[i], base)
             self.kinks[i] = int((~smooth).sum())
             self.columns[i] = self.columns[i][smooth]
@@ -346,7 +363,7 @@ class FiniteDifferences:
     def _copies(self, dtype):
         """Fresh copies of the values, each floating-point one in dtype (its own where None), laid out
         as given: a transposed input stays transposed, so a perturbation reaches the op as it would."""
-        return [v.detach().clone().to(dtype or v.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
+        return [same_layout(v.detach(), dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
                 else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
 
     def _outputs(self, values):
@@ -410,6 +427,67 @@ class FiniteDifferences:
         smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite()
         return fine, coarse, smooth
 
+    @property
+    def along_directions(self):
+        return bool(self.directions)
+
+    def _directions(self, i):
+        """Random directions for input i, each element moved in proportion to its own size (never below the
+        input's typical size): (directions (d, n), what each spans). An element that is exactly 0 (a ReLU's
+        kink, a padded zero) or not finite stays where it is, so no direction crosses a kink there."""
+        x = flat(self.values[i]).cpu()
+        n = x.numel()
+        finite = x[x.isfinite()]
+        typical = (finite.norm().item() / max(1, finite.numel()) ** 0.5) or 1.0
+        scale = torch.where(x.isfinite() & (x != 0), x.abs().clamp(min=typical), torch.zeros_like(x))
+        tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)
+        spans = {"every element": (0, n), "the first block": (0, min(n, BLOCK)), "the last block": (tail, n)}
+        rows, labels = [], []
+        for label, count in DIRECTIONS.items():
+            start, stop = spans[label]
+            if label != "every element" and n <= BLOCK:
+                continue
+            z = torch.randn(count, n, generator=generator(f"finite-difference directions {i} {label}"),
+                            dtype=torch.float64, device="cpu")
+            z[:, :start] = 0.0
+            z[:, stop:] = 0.0
+            rows.append(z * scale)
+            labels += [label] * count
+        return torch.cat(rows), labels
+
+    def _directional(self, i, step, center):
+        """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
+        rows (one a direction, over the outputs), and the directions as the op saw them (after rounding to
+        its dtype), less those whose steps straddle a kink."""
+        units, labels = self.directions[i]
+        eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
+        largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
+        rows, gaps, seen = {1: [], 2: []}, {1: [], 2: []}, {1: [], 2: []}
+        for u in units:
+            for factor in (1, 2):
+                h = factor * step
+                plus, minus = self._copies(self.dtype), self._copies(self.dtype)
+                shift = (h * u).reshape(plus[i].shape).to(device=plus[i].device, dtype=plus[i].dtype)
+                plus[i].add_(shift)
+                minus[i].sub_(shift)
+                up, down = self._outputs(plus), self._outputs(minus)
+                # the direction the op really saw, after its dtype rounded x + h u
+                moved = (flat(plus[i]) - flat(minus[i])).cpu() / (2 * h)
+                seen[factor].append(moved)
+                rows[factor].append((up - down) / (2 * h))
+                gaps[factor].append((up - 2 * center + down) / h)
+        fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
+        gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
+        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / step
+        central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
+        doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu()
+        self.kinks[i] = int((~smooth).sum())
+        on_device = smooth.to(fine.device)
+        directions = torch.stack(seen[1])[smooth]
+        labels = [label for label, keep in zip(labels, smooth.tolist()) if keep]
+        return (fine[on_device], coarse[on_device]), (directions, labels)
+
     def expected(self, grad_outputs, tolerance):
         g = torch.cat([flat(t) for t in grad_outputs])
         grads, indices, tolerances = [], [], []
@@ -423,10 +501,27 @@ class FiniteDifferences:
             if not len(fine) and self.values[i].numel():  # every element at a kink: nothing to judge by
                 noise = float("inf")
             grads.append(fine)
-            full = len(self.columns[i]) == self.values[i].numel()
-            indices.append(None if full else self.columns[i].to(g.device))
+            if i in self.directions:
+                indices.append(Directions(*self.directions[i], device=g.device))
+            else:
+                full = len(self.columns[i]) == self.values[i].numel()
+                indices.append(None if full else self.columns[i].to(g.device))
             tolerances.append(max(tolerance[i], TOLERANCE.get(self.computed, 1e-4) * 10, 8 * noise))
         return Expected(grads, indices, tolerances)
+
+
+class Directions:
+    """What is known of a gradient checked along directions: its inner product with each (an Expected's
+    indices entry, in place of element indices), and what part of the input each spans."""
+
+    def __init__(self, units, labels, device):
+        self.units, self.labels = units.to(device), labels
+
+    def of(self, gradient):
+        return self.units @ gradient
+
+    def spanning(self, label):
+        return torch.tensor([lab == label for lab in self.labels], dtype=torch.bool, device=self.units.device)
 
 
 def dtype_tolerance(v):
@@ -446,6 +541,15 @@ class Truth:
     @property
     def by_reference(self):
         return isinstance(self.source, Reference)
+
+    def describe(self):
+        """Which truth judged the gradients, for the report's last line."""
+        if self.by_reference:
+            return "the reference, in float64" if self.source.dtype == torch.float64 else "the reference"
+        if self.source.along_directions:
+            count = max(len(d[1]) for d in self.source.directions.values())
+            return f"finite differences along {count} random directions an input"
+        return "finite differences"
 
     def forward_error(self, op_outputs):
         """The op's forward against the reference's (relative); None without a reference."""

@@ -8,7 +8,7 @@ from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_
 from .returned import direct_backward
 from .state import right_on_a_new_shape
 from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
-from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, Truth, flat
+from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, Directions, Truth, flat, relative_error
 
 
 def the_forward(context, check):
@@ -240,8 +240,15 @@ def stops_short(got, expected, i):
     is right on a prefix of at least RIGHT_PREFIX elements and wrong from there on; else ''."""
     sample = expected.sample(got, i)
     index = expected.indices[i]
-    positions = torch.arange(sample.numel(), device=sample.device) if index is None else index
     want = expected.grads[i]
+    if isinstance(index, Directions):  # along directions: right on the first block, wrong on the last
+        wrong = {label: relative_error(sample[index.spanning(label)], want[index.spanning(label)]) >
+                 expected.tolerance[i] for label in ("the first block", "the last block")}
+        if index.spanning("the last block").any() and wrong["the last block"] and not wrong["the first block"]:
+            return (f"the gradient is right along directions within its first block and wrong along directions "
+                    f"within its last block (of {flat(got).numel()} elements)")
+        return ""
+    positions = torch.arange(sample.numel(), device=sample.device) if index is None else index
     rounding = expected.fine[i] if expected.fine[i] is not None else torch.zeros_like(want)
     allowed = expected.tolerance[i] * max(want.abs().max().item(), 1e-30) + ROUNDING_TIMES * rounding.to(want.device)
     bad = ~((sample - want).abs() <= allowed)
