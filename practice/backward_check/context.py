@@ -27,6 +27,43 @@ DIFFERENCED = "differenced for the right gradient"
 ROUNDING_ULPS = 1024
 
 
+# CUDA's words for a fault that leaves the process's GPU context unusable: every later call fails with it.
+FAULT_WORDS = ("illegal memory access", "unspecified launch failure", "device-side assert", "misaligned address",
+               "illegal instruction", "hardware stack error", "ILLEGAL_ADDRESS", "LAUNCH_FAILED")
+
+
+class OpFaulted(Exception):
+    """The op faulted the GPU where the checker called it (what says where): no check may take that for a
+    finding of its own, since the context is lost for every call after it; the runner words it."""
+
+    def __init__(self, what, error):
+        super().__init__(what)
+        self.what, self.error = what, error
+
+    @property
+    def message(self):
+        return clip(f"{type(self.error).__name__}: {self.error}")
+
+
+def faulted(error):
+    return any(word in str(error) for word in FAULT_WORDS)
+
+
+def reraise_fault(what, error):
+    """Raises OpFaulted where error is a fault that loses the GPU context: a check that catches the op's
+    raise to judge it (a refusal is legal, say) must never take a lost context for one."""
+    if faulted(error):
+        raise OpFaulted(what, error) from error
+
+
+def raised(what, error, made_up=False):
+    """The exception for the op's raise at what: OpFaulted for a fault that loses the GPU context, else
+    OpRaised."""
+    if faulted(error):
+        return OpFaulted(what, error)
+    return OpRaised(what, error, made_up=made_up)
+
+
 class OpRaised(Exception):
     """The op raised where the checker called it. made_up: on values the checker made up (grown,
     transposed, other values), which an op may refuse loudly. trap: what a raise there means (a
@@ -98,7 +135,7 @@ class Context:
         try:
             return forward(self.op, frozen=frozen, values=self.values if values is None else values)
         except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
-            raise OpRaised(what, error, made_up=made_up or self.grown) from error
+            raise raised(what, error, made_up=made_up or self.grown) from error
 
     def grads(self, run, grad_outputs, what, made_up=False, retain_graph=False, only=None, raw=False):
         """The gradients of run's outputs under grad_outputs (one for each output that carries a gradient
@@ -108,7 +145,7 @@ class Context:
         try:
             grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions)
         except Exception as error:  # noqa: BLE001
-            raise OpRaised(what, error, made_up=made_up or self.grown) from error
+            raise raised(what, error, made_up=made_up or self.grown) from error
         return grads if raw else copies(grads)
 
     def vjp(self, grad_outputs, what, values=None, frozen=(), made_up=False, fresh=True, raw=False):
@@ -126,7 +163,7 @@ class Context:
         try:
             grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
         except Exception as error:  # noqa: BLE001
-            raise OpRaised(what, error, made_up=self.grown) from error
+            raise raised(what, error, made_up=self.grown) from error
         return copies([next(grads) if x is not None else None for x in leaves])
 
     # -- the right gradient ------------------------------------------------------------------
@@ -147,7 +184,7 @@ class Context:
             except (OpRaised, UsageError) as error:
                 self._truth = error
             except Exception as error:  # noqa: BLE001  (finite differences call the op on nudged values)
-                self._truth = OpRaised(DIFFERENCED, error, made_up=True)
+                self._truth = raised(DIFFERENCED, error, made_up=True)
         if isinstance(self._truth, Exception):
             raise self._truth
         return self._truth

@@ -3,7 +3,7 @@ or drops it (Chapter 15: one gradient per input, each like its input)."""
 import torch
 
 from .calling import backward_method, carries_gradient
-from .context import OpRaised
+from .context import raised
 from .report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
 
 
@@ -21,7 +21,7 @@ def direct_backward(context, frozen=()):
             try:
                 returned = backward(node, *all_grad_outputs(run, g, materialize=False))
             except Exception as error:  # noqa: BLE001  (the op's own raise)
-                raise OpRaised("backward called directly", error) from error
+                raise raised("backward called directly", error) from error
     return (returned if isinstance(returned, tuple) else (returned,)), run
 
 

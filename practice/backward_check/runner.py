@@ -20,7 +20,7 @@ import torch
 from . import returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
-from .context import DIFFERENCED, Context, OpRaised
+from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .report import (COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
                      CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD, Finding,
@@ -117,14 +117,7 @@ def too_early(raised):
                          "or set TRITON_INTERPRET=1 before Python starts") from None
 
 
-# CUDA's words for a fault that leaves the process's GPU context unusable: every later call fails with it.
-FAULT_WORDS = ("illegal memory access", "unspecified launch failure", "device-side assert", "misaligned address",
-               "illegal instruction", "hardware stack error", "ILLEGAL_ADDRESS", "LAUNCH_FAILED")
 LOST = "the GPU context is lost"
-
-
-def faulted(message):
-    return any(word in message for word in FAULT_WORDS)
 
 
 def device_lost(device):
@@ -152,14 +145,14 @@ def attempt(check, context):
         outcomes = list(check.run(context, check.name))
     except UsageError:
         raise
+    except OpFaulted as fault:
+        return [Finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}{context.where()}: {fault.message}; "
+                                             f"{LOST}, so no later check in this process can run (the pytest plugin "
+                                             f"runs each op's checks in a process of its own)",
+                        error=type(fault.error).__name__)]
     except OpRaised as raised:
         too_early(raised)
         message = raised.message
-        if faulted(message):
-            return [Finding(check.name, CRASHES, f"the op faulted the GPU {raised.what}: {message}{context.where()}; "
-                                                 f"its context is lost, so no later check in this process can run "
-                                                 f"(the pytest plugin runs each op's checks in a process of its own)",
-                            error=type(raised.error).__name__)]
         if "0 active drivers" in message:
             message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
         if raised.what == DIFFERENCED:
@@ -170,7 +163,7 @@ def attempt(check, context):
         return [Finding(check.name, raised.trap, f"{raised.what}: {message}{context.where()}",
                         error=type(raised.error).__name__)]
     except Exception as error:  # noqa: BLE001  (the checker's own failure: never a traceback, never a verdict)
-        if faulted(str(error)) or device_lost(op_device(context)):
+        if any(word in str(error) for word in FAULT_WORDS) or device_lost(op_device(context)):
             return [Undecided(check.name, f"{LOST} (a fault of the op's, in an earlier call, or in this check's: "
                                           f"{clip(error, 120)}), so this check could not run", because=LOST)]
         if os.environ.get("BACKWARD_CHECK_DEBUG"):
@@ -235,6 +228,9 @@ def run(op, reference, second_order=False, grow_inputs=True):
     options = {"second_order": second_order}
     try:
         given = Context(op, op.values, GIVEN, reference)
+    except OpFaulted as fault:
+        return [Finding(FORWARD, CRASHES, f"the op faulted the GPU in its forward: {fault.message}; {LOST}",
+                        error=type(fault.error).__name__)], describe_shapes(op.values)
     except OpRaised as raised:
         too_early(raised)
         return [Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)], \
@@ -243,12 +239,16 @@ def run(op, reference, second_order=False, grow_inputs=True):
         raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
     try:
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
-    except OpRaised:
-        pass  # the op refuses nudged values: the checks that need the right gradient say so
+    except (OpRaised, OpFaulted):
+        pass  # the op refuses nudged values, or faults on them: the checks that need the right gradient say so
     outcomes = run_set(given, options)
     checked = [describe_shapes(op.values)]
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
-        context, note = grown_context(op, given, reference, outcomes)
+        try:
+            context, note = grown_context(op, given, reference, outcomes)
+        except OpFaulted as fault:
+            context, note = None, Finding("the grown inputs", CRASHES, f"the op faulted the GPU on inputs grown past "
+                                                                       f"one block ({fault.what}): {fault.message}; {LOST}")
         if note:
             outcomes.append(note)
         if context is not None:

@@ -1,4 +1,5 @@
 """State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
+from .context import OpFaulted
 from .report import KEEPS_STATE, Finding, Passed, Undecided
 from .strategies import grow, growth_plans, jittered, randn
 from .truth import TOLERANCE, Truth, flat, relative_error
@@ -89,6 +90,8 @@ def right_on_a_new_shape(context, i):
         first = context.vjp(g, "on values of a new shape", values=values, made_up=True)
         second = context.vjp(g, "on other values of that shape", values=others, made_up=True)
         right = [Truth(context.op, v, context.reference, context.graded_positions).expected(g) for v in (values, others)]
+    except OpFaulted:
+        raise
     except Exception:  # noqa: BLE001  (the op or the reference refuses the new shape: nothing to tell)
         return False
     return (right[0].error(first[i], i, values[i].shape) <= 1.0 and
@@ -103,6 +106,8 @@ def stale(context, check, other, b, alone):
         return []
     try:
         right = Truth(context.op, other, context.reference, context.graded_positions).expected(b)
+    except OpFaulted:
+        raise
     except Exception as error:  # noqa: BLE001  (the reference refuses the other values: nothing to judge)
         return [Undecided(check, f"the reference refuses the other values ({type(error).__name__})")]
     earlier = context.expected(b)

@@ -3,6 +3,7 @@ right one, input by input; a wrong gradient is diagnosed by the ladder in diagno
 import torch
 
 from .calling import is_function
+from .context import OpFaulted
 from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
                      UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
 from .returned import direct_backward
@@ -274,6 +275,8 @@ def stops_short_when_grown(context, i):
         got = context.vjp(g, "on the inputs grown", values=values, made_up=True)
         truth = Truth(context.op, values, context.reference, context.graded_positions, sample=True)
         expected = truth.expected(g)
+    except OpFaulted:
+        raise
     except Exception:  # noqa: BLE001  (the op or the truth refuses the grown inputs: nothing to tell)
         return ""
     if got[i] is None or tuple(got[i].shape) != tuple(values[i].shape):

@@ -3,7 +3,7 @@ of the same tensor reads it too), and a backward may not change what it saved.""
 import torch
 
 from .calling import carries_gradient, clip, flatten, seeded_call
-from .context import frozen_sets, largest_change
+from .context import frozen_sets, largest_change, reraise_fault
 from .report import BUFFER_UPDATED, KEEPS_STATE, MUTATES_GRAD_OUTPUT, WRITES, Finding, Note, Passed
 from .truth import flat
 
@@ -117,6 +117,7 @@ def sibling(context):
     try:
         grad_y = torch.autograd.grad(loss, wanted, allow_unused=True)[0]
     except Exception as error:  # noqa: BLE001  (a write into a stride-0 grad_output raises, say)
+        reraise_fault("the backward, beside a sibling", error)
         return f"beside it, ((op(x) + y) * w).sum() raises ({clip(f'{type(error).__name__}: {error}', 90)})"
     off = (grad_y - w).abs().max().item()
     return f"beside it, in ((op(x) + y) * w).sum(), y.grad must equal w but is off by up to {off:.3g}"
@@ -133,6 +134,7 @@ def twice_over_one_graph(context, check):
     try:
         again = run.grad([t.clone() for t in g], retain_graph=True)  # kept, to read what it saved
     except Exception as error:  # noqa: BLE001  (refusing a second backward, loudly, is legal)
+        reraise_fault("the second backward over one graph", error)
         if "modified by an inplace operation" in str(error):  # autograd's version counter caught a write
             return [Finding(check, WRITES, f"a second backward over one graph (retain_graph=True) is refused: "
                                            f"{clip(error, 120)}: the first backward wrote into a tensor it saved"

@@ -1,0 +1,94 @@
+"""A fault of the op's that loses the GPU context is the op's, named by the call that provoked it, and every
+check after it is undecided: never "the checker itself failed here; please report it". On a GPU, a planted
+out-of-bounds Triton kernel shows it for real, in a process of its own (the fault poisons the process)."""
+import subprocess
+import sys
+import textwrap
+
+import torch
+from chapter_scripts import REPO, requires_gpu, seeded_randn
+
+sys.path.insert(0, str(REPO / "practice"))
+from backward_checker import check_backward  # noqa: E402
+
+ILLEGAL = "CUDA error: an illegal memory access was encountered"
+
+
+class FaultsOnStrideZero(torch.autograd.Function):
+    """Stands in for a kernel that reads far out of bounds when a grad_output stride is 0 (after .sum(dim=0)):
+    it raises CUDA's words, and so does every later call, as a lost context does."""
+    lost = False
+
+    @staticmethod
+    def forward(ctx, x):
+        if FaultsOnStrideZero.lost:
+            raise RuntimeError(ILLEGAL)
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if FaultsOnStrideZero.lost or 0 in grad_output.stride():
+            FaultsOnStrideZero.lost = True
+            raise RuntimeError(ILLEGAL)
+        x, = ctx.saved_tensors
+        return 2 * x * grad_output
+
+
+def test_a_lost_context_is_the_ops_fault_named_by_its_call():
+    FaultsOnStrideZero.lost = False
+    report = check_backward(FaultsOnStrideZero, seeded_randn(4, 6, seed=1), reference=lambda x: x * x)
+    text = str(report)
+    assert report.traps == ["crashes"], text
+    assert "the op faulted the GPU with a grad_output after .sum(dim=0) (stride 0 along dim 0)" in text, text
+    assert "context is lost" in text and "please report" not in text, text
+    assert not report.decided  # the checks after the fault could not run, and say so
+
+
+FAULTING_SCRIPT = textwrap.dedent('''
+    import os, sys
+    sys.path.insert(0, {practice!r})
+    from backward_checker import check_backward
+    import torch, triton, triton.language as tl
+
+    @triton.jit
+    def square_backward(g_ptr, x_ptr, out_ptr, n, g_stride, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        g = tl.load(g_ptr + offsets * g_stride, mask=mask)
+        x = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, 2.0 * x * g, mask=mask)
+
+    class SquareFaultsOnStrideZero(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, = ctx.saved_tensors
+            out = torch.empty_like(x)
+            # BUG (planted): a stride of 0 is taken for "unset", and a huge sentinel stride read instead
+            stride = grad_output.stride(-1) or (1 << 28)
+            g = grad_output if grad_output.stride(-1) == 0 else grad_output.contiguous()
+            square_backward[(triton.cdiv(x.numel(), 1024),)](g, x, out, x.numel(), stride, BLOCK=1024)
+            torch.cuda.synchronize()
+            return out
+
+    x = torch.randn(64, 300, device="cuda")
+    print(check_backward(SquareFaultsOnStrideZero, x, reference=lambda x: x * x), flush=True)
+    os._exit(0)  # the context is lost: no interpreter teardown
+''')
+
+
+@requires_gpu
+def test_a_real_out_of_bounds_kernel_is_the_ops_fault(tmp_path):
+    script = tmp_path / "faults.py"
+    script.write_text(FAULTING_SCRIPT.format(practice=str(REPO / "practice")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    text = done.stdout
+    assert done.returncode == 0, text + done.stderr
+    assert "TRAP  crashes" in text and "the op faulted the GPU" in text, text
+    assert "after .sum(dim=-1) (stride 0 along the last dim)" in text, text
+    assert "please report" not in text, text
