@@ -244,10 +244,11 @@ class Context:
 
     @functools.cached_property
     def rounding_floor(self):
-        """What rounding alone can leave in any gradient of the op: ROUNDING_ULPS of the precision it
-        computes in, times its largest gradient element under a random grad_output. A gradient that is
-        zero in exact arithmetic (a bias before a batch norm) is rounding alone, and two sums of it in
-        different orders (atomic adds) differ by that much, however far apart relative to each other."""
+        """What rounding alone can leave in any element of the op's gradients, a difference two of the op's
+        own answers may have for nothing: ROUNDING_ULPS of the precision it computes in, times its largest
+        gradient element under a random grad_output. A gradient that is zero in exact arithmetic (a bias
+        before a batch norm) is rounding alone, and two sums of it in different orders (atomic adds) differ
+        by that much, however far apart relative to each other."""
         largest = max((flat(t).nan_to_num(0.0, 0.0, 0.0).abs().max().item() for t in self.repeat[0]
                        if t is not None and t.numel()), default=0.0)
         return ROUNDING_ULPS * torch.finfo(self.computed).eps * largest
@@ -257,7 +258,7 @@ class Context:
         first, second = self.repeat
         if first[i] is None or second[i] is None or first[i].shape != second[i].shape:
             return 0.0
-        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i), floor=self.rounding_floor)
+        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i), allowance=self.rounding_floor)
 
     def tolerance(self, i):
         """How far two of the op's own gradients may differ: the dtype's tolerance (the precision the
@@ -283,7 +284,7 @@ class Context:
                 if a[i].shape != b[i].shape:
                     differ[i] = float("inf")
                     continue
-                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i), floor=self.rounding_floor)
+                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i), allowance=self.rounding_floor)
                 if error > self.tolerance(i):
                     differ[i] = error
         return differ

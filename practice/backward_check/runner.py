@@ -52,7 +52,7 @@ UNDECIDED_BECAUSE = {
 }
 
 CHECKS = (
-    Check(FORWARD, values.the_forward, (WRONG_FORWARD, COVERS_PART),
+    Check(FORWARD, values.the_forward, (WRONG_FORWARD, COVERS_PART, CONTIGUOUS_INPUT),
           "the forward's outputs against the reference's", needs=("reference",)),
     Check(SAME_CALL, state.same_call_twice, (KEEPS_STATE,),
           "the same call made twice, on fresh copies, must give the same gradient"),

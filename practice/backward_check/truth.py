@@ -53,14 +53,14 @@ FAR_OFF = 0.5
 EPS64 = torch.finfo(torch.float64).eps
 
 
-def relative_error(got, right, typical=None, floor=0.0):
+def relative_error(got, right, typical=None, allowance=0.0):
     """How far got is from right, relative to right's size, both float64 and flat, over the finite
     elements (a NaN or an infinity must stand where the right answer has the same): the larger of
     |d| / |right| (norms) and max |d| / max |right|. typical: a gradient of the same input under
     another grad_output, whose size right's counts as at least (where right is exactly 0 here, but not
-    everywhere); floor: the size an element counts as at least (the rounding of the op's larger gradients,
-    where right is rounding alone); no floor otherwise, so a bug in small gradients is not hidden by an
-    absolute tolerance."""
+    everywhere); allowance: a difference each element may have for nothing (what rounding leaves in a
+    gradient that is zero in exact arithmetic); no floor otherwise, so a bug in small gradients is not
+    hidden by an absolute tolerance."""
     pair = comparable(got, right)
     if pair is None:
         return float("inf")
@@ -68,11 +68,12 @@ def relative_error(got, right, typical=None, floor=0.0):
     if right.numel() == 0:  # nothing left to compare (every element at a kink, say)
         return 0.0
     d = got - right
+    if allowance:
+        d = (d.abs() - allowance).clamp(min=0.0)
     size, largest = right.norm().item(), right.abs().max().item()
     if typical is not None and typical.numel():
         typical = typical[typical.isfinite()]
         size, largest = max(size, typical.norm().item()), max(largest, typical.abs().max().item())
-    size, largest = max(size, floor * right.numel() ** 0.5), max(largest, floor)
     if size == 0.0:
         return 0.0 if d.abs().max().item() == 0.0 else float("inf")
     return max(d.norm().item() / size, d.abs().max().item() / largest)
@@ -93,6 +94,15 @@ def comparable(got, right):
     if not bool((finite | special).all()):
         return None
     return got[finite], right[finite], finite
+
+
+def neighbourhood(rounding, reach=4):
+    """Each element's rounding as the largest within reach elements either side (flat order): one element's
+    rounding is a single draw of its size, and its neighbours' (computed alike) say what it could have been."""
+    if rounding.numel() <= 1:
+        return rounding
+    padded = torch.nn.functional.pad(rounding.reshape(1, 1, -1), (reach, reach))
+    return torch.nn.functional.max_pool1d(padded, 2 * reach + 1, stride=1).reshape(-1)
 
 
 def to_tf32(t):
@@ -175,17 +185,15 @@ class Expected:
 
     def far_off(self, got, i):
         """Which elements (of the sample) are far off: by more than FAR_OFF of their own value, beyond
-        ROUNDING_TIMES their rounding (an element whose rounding happens to be 0 gets the rounding of
-        the input's smallest-rounded tenth). None where the rounding is not known."""
+        ROUNDING_TIMES the rounding around them (an element's own rounding is one draw, and may happen to
+        be 0). None where the rounding is not known."""
         fine = self.fine[i]
         if fine is None:
             return None
         g, right = self._pair(got, i)
         fine = fine.to(right.device)
-        rounded = fine[fine.isfinite()]
-        floor = rounded.quantile(0.1).item() if 0 < rounded.numel() <= 2 ** 24 else 0.0
         largest = right[right.isfinite()].abs().max().item() if right.isfinite().any() else 0.0
-        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * fine.clamp(min=floor) + 16 * EPS64 * largest
+        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * neighbourhood(fine) + 16 * EPS64 * largest
         d = (g - right).abs()
         agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
         return ~agree & ((d > allowed) | ~(d.isfinite() | agree))

@@ -3,8 +3,8 @@ right one, input by input; a wrong gradient is diagnosed by the ladder in diagno
 import torch
 
 from .calling import is_function
-from .context import OpFaulted
-from .report import (COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
+from .context import OpFaulted, OpRaised
+from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
                      UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
@@ -26,6 +26,11 @@ def the_forward(context, check):
                                                 f"{context.where()}: {stop}, so its grid, or its mask, stops short")]
         if context.grown and given is not None and given > FORWARD_WRONG:
             return []  # the given inputs' finding says it
+        laid_out = given_layout_at_fault(context)
+        if laid_out:
+            return [Finding(check, CONTIGUOUS_INPUT, f"the forward is {error:.3g} (relative) off the reference with "
+                                                     f"{laid_out} as given, and right with the same values "
+                                                     f"contiguous{context.where()}", input=laid_out)]
         if context.grown:
             return [Finding(check, WRONG_FORWARD, f"the forward matches the reference on the given inputs, but is "
                                                   f"{error:.3g} (relative) off it from its first element on"
@@ -44,6 +49,22 @@ def the_forward(context, check):
     return [Passed(check)]
 
 
+def given_layout_at_fault(context):
+    """The inputs given laid out otherwise than contiguous (`x`, ...) where the forward, wrong on them as given,
+    is right on the same values made contiguous; else ''."""
+    laid_out = [i for i in context.op.inputs if not context.values[i].is_contiguous()]
+    if not laid_out:
+        return ""
+    values = [v.contiguous() if k in laid_out else v for k, v in enumerate(context.values)]
+    try:
+        outputs = context.run("with the inputs made contiguous", values=values, made_up=True).graded
+    except OpRaised:
+        return ""
+    if context.truth.forward_error(outputs) > FORWARD_WRONG:
+        return ""
+    return ", ".join(context.arg(i) for i in laid_out)
+
+
 def forward_stops_short(context):
     """'output k's first m of n elements are right and the rest wrong' where an output is right on a prefix
     of at least RIGHT_PREFIX elements (to its dtype's precision, or the given inputs' error) and wrong from
@@ -59,7 +80,7 @@ def forward_stops_short(context):
         if not bad.any() or bad.all():
             continue
         first_bad = int(bad.nonzero()[0].item())
-        if first_bad >= RIGHT_PREFIX and bad[first_bad:].float().mean().item() >= 0.9:
+        if first_bad >= RIGHT_PREFIX and bad[first_bad:].float().mean().item() >= TAIL_WRONG:
             which = f"output {k}'s" if len(context.outputs) > 1 else "its"
             return f"{which} first {first_bad} of {got.numel()} elements are right and the rest wrong"
     return ""
@@ -137,10 +158,10 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     if got[i] is None:
         return finding(RETURNS_WRONG, "backward returned None for it, though it needs a gradient (autograd takes "
                                       "None as zeros)")
-    stop = stops_short(got[i], expected, i)
+    stop = stops_short(got[i], expected, i) and not right_for_uniform(context, i)
     if stop:
         return finding(COVERS_PART, f"{stop}: the grid, or the mask, stops short of the tail")
-    if not context.grown:
+    if not context.grown and not right_for_uniform(context, i):
         stop = stops_short_when_grown(context, i)
         if stop:
             return finding(COVERS_PART, f"the gradient is wrong from its first element on the given inputs "
@@ -180,12 +201,7 @@ def diagnose(context, check, i, got, expected, g, shared=()):
             return finding(IGNORES_GRAD_OUTPUT, f"with a grad_output for output {k} alone (zeros for the others), "
                                                 f"the gradient is 0: the backward drops output {k}'s part, as if "
                                                 f"its grad_output were always 0")
-    uniform_right = True
-    for c in (2.0, 5.0):  # each output its own constant, so swapped grad_outputs do not pass as uniform
-        gc = [uniform_like(o, c * (1 + k)) for k, o in enumerate(context.outputs)]
-        got_c = context.vjp(gc, f"with grad_output = {c:g} everywhere")
-        uniform_right &= context.expected(gc).error(got_c[i], i, shape) <= 1.0
-    if uniform_right:
+    if right_for_uniform(context, i):
         values = torch.cat([flat(t) for t in g])
         first = context.expected([uniform_like(o, values[0].item()) for o in context.outputs])
         mean = context.expected([uniform_like(o, values.mean().item()) for o in context.outputs])
@@ -200,6 +216,23 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                     f"left behind")
     return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
                                   f"random one{wrong_share(got[i], expected, i)})")
+
+
+def right_for_uniform(context, i, values=None):
+    """Whether input i's gradient is right for grad_output = 2 and = 5 everywhere (each output its own
+    constant, so swapped grad_outputs do not pass as uniform): a gradient wrong only for a grad_output that
+    varies is no grid's fault, however right its first row (grad_output[0] is that row's own value)."""
+    shape = context.values[i].shape if values is None else values[i].shape
+    truth = context.truth if values is None else Truth(context.op, values, context.reference, context.graded_positions,
+                                                       sample=True)
+    outputs = context.outputs if values is None else context.run("on the inputs grown", values=values,
+                                                                 made_up=True).graded
+    for c in (2.0, 5.0):
+        gc = [uniform_like(o, c * (1 + k)) for k, o in enumerate(outputs)]
+        got_c = context.vjp(gc, f"with grad_output = {c:g} everywhere", values=values, made_up=values is not None)
+        if truth.expected(gc).error(got_c[i], i, shape) > 1.0:
+            return False
+    return True
 
 
 def near_miss(context, i, got, expected, g, off):
@@ -231,9 +264,11 @@ def wrong_share(got, expected, i):
 
 
 # A grid or a mask that stops short leaves a gradient right on at least its first block: a prefix this long
-# (and, where only a sample of the gradient is known, two sampled elements) right, every element after it
-# but a tenth wrong.
+# (and, where only a sample of the gradient is known, two sampled elements) right, and at least half of the
+# elements after it wrong (the others may hold a right gradient near 0 by chance: the tail is zeros, or
+# memory nothing wrote, and in a narrow dtype the tolerance is wide).
 RIGHT_PREFIX = 16
+TAIL_WRONG = 0.5
 
 
 def stops_short(got, expected, i):
@@ -257,7 +292,7 @@ def stops_short(got, expected, i):
         return ""
     first_bad = positions[bad].min().item()
     right_before = int((positions < first_bad).sum())
-    if first_bad < RIGHT_PREFIX or right_before < 2 or bad[positions >= first_bad].float().mean().item() < 0.9:
+    if first_bad < RIGHT_PREFIX or right_before < 2 or bad[positions >= first_bad].float().mean().item() < TAIL_WRONG:
         return ""
     return f"the first {first_bad} of {flat(got).numel()} elements of the gradient are right and the rest wrong"
 
@@ -282,7 +317,9 @@ def stops_short_when_grown(context, i):
     if got[i] is None or tuple(got[i].shape) != tuple(values[i].shape):
         return ""
     stop = stops_short(got[i], expected, i)
-    return f"{describe_shapes(values)}, {stop}" if stop else ""
+    if not stop or right_for_uniform(context, i, values):
+        return ""
+    return f"{describe_shapes(values)}, {stop}"
 
 
 def narrowed(context, i):

@@ -1,0 +1,80 @@
+"""Property tests of the backward checker over the case families of tests/checker_zoo_families.py: for each
+family, Hypothesis draws a shape across block boundaries (under a block, exactly 1024 elements, 1025, several
+blocks with a tail; 1-D, 2-D and 3-D, last dimensions that are and are not multiples of 16), a dtype, a seed
+and a scale the family takes, and the report must name exactly the family's traps (its size_rule's, where the
+verdict rightly depends on the size); a legal family must come back clean, a ?? line allowed only where the
+family says why (undecided_ok). Each family's claim is proved without the checker by
+tests/checker_zoo_families_probes.py (tests/test_checker_zoo_families.py runs those probes).
+
+BACKWARD_CHECK_EXAMPLES sets the examples per family (default 3: with the 7 boundary examples of each
+elementwise family, about 140 calls of the checker, 1.5 to 2 minutes on two CPU cores; a GPU run sets more). Shrinking is off unless BACKWARD_CHECK_SHRINK=1 (each call of the checker
+costs a second on the CPU). derandomize=True: a run draws the same examples every time, here and in CI.
+A failure prints the family, shape, dtype, seed and scale, a line that rebuilds the case, and the report.
+"""
+import os
+import sys
+
+import pytest
+import torch
+from chapter_scripts import REPO
+from checker_zoo_families import FAMILIES, SHAPES, numel
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(REPO / "practice"))
+from backward_checker import check_backward  # noqa: E402
+
+EXAMPLES = int(os.environ.get("BACKWARD_CHECK_EXAMPLES", "3"))
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate) + \
+    ((Phase.shrink,) if os.environ.get("BACKWARD_CHECK_SHRINK") == "1" else ())
+SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=False,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def case_strategy(fam):
+    """(shape, dtype, seed, scale): a size class first (so few examples still cross block boundaries), then a
+    rank and a shape of it the family takes, a dtype, a seed and a scale."""
+    classes = [c for c, by_rank in SHAPES.items()
+               if any(numel(s) <= fam.max_numel for r in fam.ranks for s in by_rank.get(r, []))]
+    shapes = st.sampled_from(classes).flatmap(lambda c: st.sampled_from(
+        [s for r in fam.ranks for s in SHAPES[c].get(r, []) if numel(s) <= fam.max_numel]))
+    return st.tuples(shapes, st.sampled_from(fam.dtypes), st.integers(0, 2 ** 16), st.sampled_from(fam.scales))
+
+
+def judge(name, shape, dtype, seed, scale):
+    fam = FAMILIES[name]
+    case = fam.make(tuple(shape), dtype, seed, scale)
+    report = check_backward(case.op, *case.args, reference=case.reference, **case.options, **case.kwargs)
+    expected = fam.expected(shape)
+    where = (f"family {name!r}, shape={tuple(shape)}, dtype={dtype}, seed={seed}, scale={scale:g}\n"
+             f"  rebuild: FAMILIES[{name!r}].make({tuple(shape)}, {dtype}, {seed}, {scale!r})"
+             f"{f'  (pending: {fam.pending})' if fam.pending else ''}\n{report}")
+    assert set(report.traps) == set(expected), f"expected traps {sorted(expected)}, got {report.traps}: {where}"
+    if not expected:
+        assert not report.inconclusive or fam.undecided_ok, f"clean expected, got ?? lines: {where}"
+    return report
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@settings(max_examples=EXAMPLES, phases=PHASES, **SETTINGS)
+@given(data=st.data())
+def test_a_family_gets_its_verdict_at_every_size(name, data):
+    shape, dtype, seed, scale = data.draw(case_strategy(FAMILIES[name]), label="shape, dtype, seed, scale")
+    judge(name, shape, dtype, seed, scale)
+
+
+ELEMENTWISE = [name for name, fam in FAMILIES.items() if fam.cls == "a"]
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+@settings(phases=(Phase.explicit,), **SETTINGS)
+@given(shape=st.sampled_from([(15,)]), dtype=st.just(torch.float32), seed=st.just(0), scale=st.just(1.0))
+@example(shape=(1024,), dtype=torch.float32, seed=0, scale=1.0)       # exactly one block (kept: a multiple of 16)
+@example(shape=(1025,), dtype=torch.float32, seed=0, scale=1.0)       # a block and a one-element tail
+@example(shape=(2049,), dtype=torch.float32, seed=2, scale=1.0)       # two blocks and a tail
+@example(shape=(3 * 1024 + 7,), dtype=torch.float32, seed=3, scale=1.0)  # three blocks and a tail, not grown
+@example(shape=(32, 32), dtype=torch.float32, seed=4, scale=1.0)      # one block in 2-D, kept
+@example(shape=(25, 41), dtype=torch.float32, seed=5, scale=1.0)      # 1025 in 2-D
+@example(shape=(3, 13, 79), dtype=torch.float64, seed=7, scale=1.0)   # several blocks in 3-D, float64
+def test_elementwise_families_at_the_block_boundaries(name, shape, dtype, seed, scale):
+    judge(name, shape, dtype, seed, scale)
