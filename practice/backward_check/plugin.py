@@ -213,15 +213,20 @@ class BackwardCheckSession:
 
     def check_pending(self):
         """Checks every call the test recorded with a new signature; the Checked entries, in order."""
-        from .worker import check_here
-        done = []
-        for call in self.recorder.take_pending():
-            verdict, why_here = self.worker.check(call)
-            if verdict is None:
-                verdict = check_here(call, why_here, self.recorder)
+        from .calling import clip
+        from .worker import NOT_CHECKED, Verdict, check_here
+        done, pending = [], self.recorder.take_pending()
+        while pending:
+            call = pending.pop(0)  # its copies of the test's arguments are freed once it is checked
+            try:
+                verdict, why_here = self.worker.check(call)
+                if verdict is None:
+                    verdict = check_here(call, why_here, self.recorder)
+            except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
+                verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
+                                               f"{clip(error, 120)}); please report it")
             accepted = tuple(t for t in verdict.traps if t in self.accepted.get(call.name, ()))
             done.append(Checked(call.name, call.described, call.test, verdict, accepted))
-            del call  # the copies of the test's arguments, freed
         self.checked += done
         return done
 
@@ -281,7 +286,7 @@ class BackwardCheckSession:
         total = sum(c.verdict.seconds for c in self.checked)
         failing = sum(1 for c in self.checked if c.failing)
         line = (f"{len(self.checked)} call{'s' if len(self.checked) > 1 else ''} of {len(ops)} "
-                f"op{'s' if len(ops) > 1 else ''} checked in {total:.1f} s; {failing} with a trap not accepted")
+                f"op{'s' if len(ops) > 1 else ''} checked in {total:.1f} s; {failing} with a finding not accepted")
         if self.worker.starts:
             line += (f"; worker process started {self.worker.starts} time{'s' if self.worker.starts > 1 else ''} "
                      f"({self.worker.startup_seconds:.1f} s)")
@@ -302,9 +307,14 @@ class BackwardCheckSession:
 
 
 def failure_message(checked, options):
-    count = len(checked.failing)
-    accept = (f"--backward-check-accepted {options.accepted_path}" if options.accepted_path
-              else "--backward-check-accepted PATH")
-    return (f"backward-check: the backward of {checked.op}, as this test called it ({checked.arguments}), has "
-            f"{count} trap{'s' if count > 1 else ''} ({', '.join(checked.failing)}):\n{checked.verdict.report}\n"
-            f"(by design? list it by op and trap in the file {accept} names; --backward-check-accept writes it)")
+    from .worker import FAULT
+    where = f" ({options.accepted_path})" if options.accepted_path else ""
+    if checked.verdict.status == FAULT:
+        found = f"faulted under the checker ({checked.verdict.summary.removeprefix('FAULT ')})"
+    else:
+        count = len(checked.failing)
+        found = f"has {count} trap{'s' if count > 1 else ''} ({', '.join(checked.failing)})"
+    return (f"backward-check: the backward of {checked.op}, as this test called it ({checked.arguments}), {found}:\n"
+            f"{checked.verdict.report}\n"
+            f"By design? List it in the file --backward-check-accepted names{where}, as "
+            f"{json.dumps({checked.op: list(checked.failing)})}; --backward-check-accept writes that file from a run.")

@@ -39,30 +39,32 @@ class CopiedTensor:
 
 
 def copy_tensor(t):
+    requires_grad = t.requires_grad
     with torch.no_grad():
         t = t.detach()
         size, stride = tuple(t.shape), tuple(t.stride())
         if t.numel() == 0:
-            return CopiedTensor(torch.empty(0, dtype=t.dtype), size, stride, str(t.device), t.requires_grad)
+            return CopiedTensor(torch.empty(0, dtype=t.dtype), size, stride, str(t.device), requires_grad)
         span = 1 + sum((n - 1) * s for n, s in zip(size, stride))
         if span <= 2 * t.numel() + 4096:
             flat = t.as_strided((span,), (1,), t.storage_offset()).to("cpu", copy=True)
         else:
             flat, stride = _compact(t)
-        return CopiedTensor(flat, size, stride, str(t.device), t.requires_grad)
+        return CopiedTensor(flat, size, stride, str(t.device), requires_grad)
 
 
 def _compact(t):
-    """(storage, strides) of a copy of t that keeps its stride-0 dims and the order of its others, but not the
-    gaps of a narrow view into a far larger buffer."""
+    """(storage, strides) of a copy of t that keeps its stride-0 dims, the order of its others, and a gap after
+    each element (so it stays non-contiguous), but not the far larger buffer t is a narrow view of."""
     base = t
     for d, (n, s) in enumerate(zip(t.shape, t.stride())):
         if s == 0 and n > 1:
             base = base.narrow(d, 0, 1)
     order = sorted(range(t.dim()), key=lambda d: -base.stride(d))
-    dense = base.permute(order).contiguous().cpu()
     inverse = sorted(range(t.dim()), key=order.__getitem__)
-    return dense.reshape(-1), tuple(dense.permute(inverse).expand(t.shape).stride())
+    buffer = torch.zeros((*[base.shape[d] for d in order], 2), dtype=t.dtype)
+    buffer[..., 0].copy_(base.permute(order))
+    return buffer.reshape(-1), tuple(buffer[..., 0].permute(inverse).expand(t.shape).stride())
 
 
 def copy_value(value):

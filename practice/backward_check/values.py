@@ -20,10 +20,6 @@ def the_forward(context, check):
     precise = 2 * TOLERANCE.get(context.outputs[0].dtype, 1e-4)
     given = context.given.forward_error if context.grown and context.given is not None else None
     if error > FORWARD_WRONG:
-        stop = forward_stops_short(context)
-        if stop:
-            return [Finding(check, COVERS_PART, f"the forward is {error:.3g} (relative) off the reference"
-                                                f"{context.where()}: {stop}, so its grid, or its mask, stops short")]
         if context.grown and given is not None and given > FORWARD_WRONG:
             return []  # the given inputs' finding says it
         laid_out = given_layout_at_fault(context)
@@ -31,6 +27,10 @@ def the_forward(context, check):
             return [Finding(check, CONTIGUOUS_INPUT, f"the forward is {error:.3g} (relative) off the reference with "
                                                      f"{laid_out} as given, and right with the same values "
                                                      f"contiguous{context.where()}", input=laid_out)]
+        stop = forward_stops_short(context)
+        if stop:
+            return [Finding(check, COVERS_PART, f"the forward is {error:.3g} (relative) off the reference"
+                                                f"{context.where()}: {stop}, so its grid, or its mask, stops short")]
         if context.grown:
             return [Finding(check, WRONG_FORWARD, f"the forward matches the reference on the given inputs, but is "
                                                   f"{error:.3g} (relative) off it from its first element on"

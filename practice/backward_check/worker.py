@@ -14,19 +14,19 @@ import io
 import multiprocessing
 import os
 import random
+import re
 import signal
 import tempfile
 import time
 
 import torch
 
+from .calling import clip
+from .context import FAULT_WORDS
 from .recording import CustomOpDef, importable_reference, resolve, restore_value
 
 CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT = "clean", "traps", "undecided", "not checked", "fault"
 CRASHES = "crashes"  # the trap a fault counts as, for the accepted file
-# Words of a CUDA error after which the process's CUDA context is unusable: every later call fails with it.
-POISONED_WORDS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
-                  "misaligned address", "illegal instruction", "HIP error")
 
 
 @dataclasses.dataclass
@@ -46,7 +46,6 @@ def check_call(op, name, args, kwargs, no_grad):
     """check_backward on one recorded call, as a Verdict; a usage error or the checker's own failure is 'not
     checked', never a raise."""
     from . import Sample, UsageError, check_backward
-    from .calling import clip
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=name, no_grad=no_grad)
     except UsageError as error:
@@ -62,23 +61,27 @@ def check_call(op, name, args, kwargs, no_grad):
     return Verdict(CLEAN, "clean", str(report), seconds=report.seconds)
 
 
-def poisoned(verdict):
-    """Whether the CUDA context of this process is unusable after this check (a later call would fail too)."""
-    if any(word in verdict.report for word in POISONED_WORDS):
+def cuda_poisoned():
+    """Whether this process's CUDA context is unusable after a check: a sticky error (an illegal memory access, a
+    device-side assert) fails every later CUDA call, so a tiny one tells."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception:  # noqa: BLE001
         return True
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        try:
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001
-            return True
     return False
 
 
 def as_fault(verdict, account):
-    first = next((line.strip() for line in verdict.report.splitlines() if any(w in line for w in POISONED_WORDS)),
-                 "a CUDA error")
-    return Verdict(FAULT, f"FAULT {account}: {first.removeprefix('TRAP  ')}", f"{account}:\n{verdict.report}",
-                   (CRASHES,), verdict.seconds)
+    """A check after which the CUDA context is lost, as a fault: the report's line that names the call that
+    faulted (the checker's crash finding), and account (whose context, and what now)."""
+    lines = [line.strip() for line in verdict.report.splitlines()]
+    named = next((line for line in lines if line.startswith("TRAP") and any(w in line for w in FAULT_WORDS)),
+                 "a CUDA error, after the checker's calls")
+    named = clip(re.sub(r"^TRAP\s+crashes:\s*", "", named).split("; the GPU context is lost")[0], 220)
+    return Verdict(FAULT, f"FAULT {named}", f"{account}:\n{verdict.report}", (CRASHES,), verdict.seconds)
 
 
 @contextlib.contextmanager
@@ -111,12 +114,13 @@ def check_here(call, why, recorder):
                                  call.no_grad)
     finally:
         recorder.quiet -= 1
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()  # what the checker allocated, handed back
     verdict.seconds = time.perf_counter() - start
-    verdict.note = f"checked in the suite's process: {why}, so a worker process cannot import it"
-    if verdict.status != FAULT and poisoned(verdict):
-        verdict = as_fault(verdict, "a CUDA error that poisons the suite's own process (later tests will fail too)")
+    if cuda_poisoned():
+        verdict = as_fault(verdict, "the op lost the CUDA context of the suite's own process, so later tests "
+                                    "that use the GPU fail too")
+    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # what the checker allocated, handed back
+    verdict.note = f"checked in the suite's process: {why}"
     return verdict
 
 
@@ -145,11 +149,18 @@ def serve(connection, log_path):
         except Exception as error:  # noqa: BLE001
             connection.send(("cannot import", f"{type(error).__name__}: {error}"))
             continue
-        verdict = check_call(op, job["name"], restore_value(job["args"]), restore_value(job["kwargs"]),
-                             job["no_grad"])
-        bad = poisoned(verdict)
+        try:
+            args, kwargs = restore_value(job["args"]), restore_value(job["kwargs"])
+        except Exception as error:  # noqa: BLE001  (out of device memory, say: the worker's, not the op's)
+            connection.send(("done", Verdict(NOT_CHECKED, f"not checked: its arguments could not be put back on "
+                                                          f"their device ({type(error).__name__}: {error})")))
+            continue
+        verdict = check_call(op, job["name"], args, kwargs, job["no_grad"])
+        del args, kwargs
+        bad = cuda_poisoned()
         if bad:
-            verdict = as_fault(verdict, "a CUDA error that poisons the worker's CUDA context")
+            verdict = as_fault(verdict, "the op lost the worker's CUDA context; the suite went on with a "
+                                        "fresh worker")
         connection.send(("done", verdict))
         if bad:
             return  # the parent starts a fresh worker
@@ -213,7 +224,7 @@ def fault_excerpt(log):
         if line.startswith("Extension modules"):
             break
         frame = line.strip().startswith("File ")
-        if line.strip() and (not frame or not any(f'"{m}' in line for m in machinery)):
+        if line.strip() and (not frame or not any(f'"{m}' in line for m in machinery) and '"<string>"' not in line):
             kept.append(line)
     return "\n".join(kept)
 
@@ -228,6 +239,7 @@ class Worker:
         self.starts = 0
         self.restarts = 0           # after a fault
         self.startup_seconds = 0.0
+        self.cannot_start = None    # why the worker process could not start, once it could not
 
     def _start(self):
         start = time.perf_counter()
@@ -249,7 +261,7 @@ class Worker:
         except (EOFError, OSError, TimeoutError):
             tail = self._log_tail()
             self._lost()
-            raise WorkerFailed(f"the worker process did not start{': ' + tail if tail else ''}") from None
+            raise WorkerFailed(f"the worker process did not start{': ' + clip(tail, 200) if tail else ''}") from None
         finally:
             self.startup_seconds += time.perf_counter() - start
 
@@ -302,18 +314,21 @@ class Worker:
         """(the Verdict on call from a worker process, None); or (None, why) where the worker cannot take the op."""
         reference, why = importable_reference(call.op)
         if reference is None:
-            return None, why
+            return None, f"{why}, so a worker process cannot import it"
         buffer = io.BytesIO()
         try:
             torch.save({"reference": reference, "name": call.name, "args": call.args, "kwargs": call.kwargs,
                         "no_grad": call.no_grad}, buffer)
         except Exception as error:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
             return None, f"its arguments cannot be sent to a worker process ({type(error).__name__}: {error})"
+        if self.cannot_start:
+            return None, self.cannot_start
         if self.process is None:
             try:
                 self._start()
             except WorkerFailed as error:
-                return None, str(error)
+                self.cannot_start = str(error)  # so every later check goes straight to the suite's process
+                return None, self.cannot_start
         start = time.perf_counter()
         calls = []
         try:
