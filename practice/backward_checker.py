@@ -37,7 +37,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for backward_check, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backward-check"))  # the package, beside practice/
 # Importing the checker picks the backend (the GPU, or TRITON_INTERPRET=1) before the reader's file
 # can import triton: Triton reads that switch once, when it is first imported.
 from backward_check import (BACKEND, DEVICE, TRAPS, Finding, Report, Sample, UsageError,  # noqa: E402

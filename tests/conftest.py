@@ -3,8 +3,10 @@ from pathlib import Path
 
 import pytest
 
-# The tests import their shared helpers (tests/chapter_scripts.py) by name.
+# The tests import their shared helpers (tests/chapter_scripts.py) by name, and the checker's package
+# (backward-check/backward_check) from its folder, as the book's practice/ scripts do.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backward-check"))
 
 
 def pytest_sessionstart(session):

@@ -1,4 +1,4 @@
-"""The checker as a package of its own (practice/pyproject.toml): it installs with pip into a folder
+"""The checker as a package of its own (backward-check/pyproject.toml): it installs with pip into a folder
 that holds nothing of the book, and with its dependencies into a fresh venv that lacks them; its
 example test file passes there, fails with the report on a planted bug, and assert_backward keeps
 to its contract."""
@@ -18,9 +18,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
-PRACTICE = REPO / "practice"
-EXAMPLE = PRACTICE / "examples" / "test_backward.py"
-sys.path.insert(0, str(PRACTICE))
+PACKAGE = REPO / "backward-check"
+EXAMPLE = PACKAGE / "examples" / "test_backward.py"
+sys.path.insert(0, str(PACKAGE))
 from backward_check import ALL_TRAPS, UsageError  # noqa: E402
 from backward_check.testing import BackwardCheckWarning, assert_backward  # noqa: E402
 
@@ -30,12 +30,12 @@ from checker_zoo_planted import PLANTED  # noqa: E402
 
 
 def copy_of_the_source(root):
-    """The package's files alone, copied, so that no build folder lands in practice/."""
+    """The package's files alone, copied, so that no build folder lands in backward-check/."""
     source = root / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "PACKAGE.md"):
-        shutil.copy(PRACTICE / name, source / name)
-    shutil.copytree(PRACTICE / "backward_check", source / "backward_check",
+    for name in ("pyproject.toml", "README.md", "pytest_backward_check.py"):
+        shutil.copy(PACKAGE / name, source / name)
+    shutil.copytree(PACKAGE / "backward_check", source / "backward_check",
                     ignore=shutil.ignore_patterns("__pycache__"))
     return source
 
@@ -103,11 +103,12 @@ def environment_without_python_paths():
 
 
 def test_the_package_holds_the_checker_alone(installed):
-    assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info")) == ["backward_check"]
+    assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info") and p.name != "__pycache__") \
+        == ["backward_check", "pytest_backward_check.py"]
     metadata = importlib.metadata.Distribution.at(next(installed.glob("backward_check-*.dist-info")))
     assert metadata.metadata["Name"] == "backward-check"
     assert [r.split(">")[0] for r in metadata.requires if "extra" not in r] == ["torch", "numpy"]
-    for path in (installed / "backward_check").glob("*.py"):
+    for path in [*(installed / "backward_check").glob("*.py"), installed / "pytest_backward_check.py"]:
         text = path.read_text()
         assert "hardened_ops" not in text.replace("hardened_ops.py", "") and "sys.path" not in text, path.name
 
@@ -120,7 +121,7 @@ def test_the_example_test_file_passes_with_the_installed_package(installed, tmp_
 
 
 def test_the_package_installs_what_it_needs_into_a_venv_without_numpy(tmp_path):
-    """pip install ./practice with its dependencies, into a venv that sees torch, triton and pytest (this
+    """pip install ./backward-check with its dependencies, into a venv that sees torch, triton and pytest (this
     interpreter's, shared through a .pth) but not numpy, which Triton's interpreter computes with: the
     example passes there. A package declaring only torch fails here as it does for a reader."""
     shared = required_closure(SHARED)

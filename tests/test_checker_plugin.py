@@ -1,4 +1,4 @@
-"""pytest --backward-check (practice/backward_check/plugin.py): the checker inside a library's own test suite,
+"""pytest --backward-check (backward-check/pytest_backward_check.py): the checker inside a library's own test suite,
 with no new test code. Each test runs a small generated suite (a test file, and beside it the module of ops it
 calls, which the plugin's worker process imports) with the plugin on or off, and reads the table it prints.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-PRACTICE = Path(__file__).resolve().parent.parent / "practice"
-sys.path.insert(0, str(PRACTICE))  # for pytester's runs in this process: -p backward_check.plugin
+PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
+sys.path.insert(0, str(PACKAGE))  # for pytester's runs in this process: -p pytest_backward_check
 
 pytest_plugins = ["pytester"]
 
@@ -188,7 +188,7 @@ def write_suite(folder, suite, name="test_suite.py"):
 
 
 def run_in_process(pytester, *args):
-    return pytester.runpytest("-p", "backward_check.plugin", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest("-p", "pytest_backward_check", "-p", "no:cacheprovider", *args)
 
 
 @pytest.fixture(scope="module")
@@ -197,8 +197,8 @@ def report_run(tmp_path_factory):
     left to its default, and the test file follows the option (`--backward-check test_suite.py`)."""
     folder = tmp_path_factory.mktemp("suite")
     write_suite(folder, SUITE)
-    env = {**os.environ, "PYTHONPATH": str(PRACTICE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "backward_check.plugin", "-p", "no:cacheprovider",
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
                            "-q", "--backward-check", "test_suite.py"], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=300)
     return done.stdout + done.stderr, folder, done.returncode

@@ -138,7 +138,7 @@ def test_no_other_file_defines_a_kernel():
     allowed = {f"{name}.py" for name in SCRIPT_NAMES + (MODULE, EXERCISE_KIT, EXERCISES, SOLUTIONS)}
     allowed.add("tests/checker_zoo_planted.py")  # the checker's planted bugs: kernels wrong on purpose, each one of a kind
     allowed.add("tests/checker_zoo_blind.py")  # written without reading the zoos: its own leaky ReLU, right and wrong
-    allowed.add("practice/examples/test_backward.py")  # a library's own op, for a library to copy: it imports nothing of the book
+    allowed.add("backward-check/examples/test_backward.py")  # a library's own op, for a library to copy: it imports nothing of the book
     copies = []
     for path in sorted(REPO.rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()

@@ -70,7 +70,7 @@ def test_a_page_quotes_logs_of_the_checker_it_ships_with(page):
 def test_the_stamp_hashes_every_checker_file_and_changes_with_any():
     files = stamp.checker_files()
     names = {p.relative_to(REPO).as_posix() for p in files}
-    assert "practice/backward_checker.py" in names and "practice/backward_check/runner.py" in names
+    assert "practice/backward_checker.py" in names and "backward-check/backward_check/runner.py" in names
     assert re.fullmatch(r"[0-9a-f]{12}", stamp.checker_hash())
 
 

@@ -65,7 +65,7 @@ def hardened_code():
             + without_local_imports(body, stop_before='if __name__ == "__main__":'))
 
 
-CHECKER_TITLE = "# @title The backward checker (practice/backward_check/): run it, open it if you are curious\n"
+CHECKER_TITLE = "# @title The backward checker (backward-check/backward_check/): run it, open it if you are curious\n"
 
 # The checker is a package whose modules import each other (from . import layouts). The notebook holds
 # each module's source verbatim (less its imports of the repository's files, whose names it defines
@@ -94,10 +94,17 @@ from backward_check import check_backward  # noqa: E402
 """
 
 
+# The pytest plugin's own modules: a library's test suite runs them, a notebook never does.
+PLUGIN_MODULES = ("recording", "worker")
+
+
 def package_order(package):
-    """The package's modules, each after those it imports (from . import x, from .x import y), __init__ last."""
+    """The package's modules, each after those it imports (from . import x, from .x import y), __init__ last;
+    the plugin's own modules left out."""
     needs = {}
     for path in sorted(package.glob("*.py")):
+        if path.stem in PLUGIN_MODULES:
+            continue
         tree = ast.parse(path.read_text())
         imported = set()
         for node in ast.walk(tree):
@@ -114,7 +121,7 @@ def package_order(package):
 
 
 def checker_code():
-    package = PRACTICE / "backward_check"
+    package = REPO / "backward-check" / "backward_check"
     sources, given = [], []
     for module in package_order(package):
         original = (package / f"{module}.py").read_text()
@@ -122,7 +129,7 @@ def checker_code():
                   and node.module in LOCAL_MODULES for alias in node.names if alias.name not in given]
         text = without_local_imports(original)
         if "\'\'\'" in text or text.endswith("\\\n"):
-            raise SystemExit(f"practice/backward_check/{module}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
+            raise SystemExit(f"backward-check/backward_check/{module}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
         sources.append(f'    "{module}": r\'\'\'\n{text}\'\'\',\n')
     # What the exercises' grading imports from the package, as exercise_kit.py imports it.
     kit = ast.parse((PRACTICE / "exercise_kit.py").read_text())

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "practice"))
+sys.path.insert(0, str(REPO / "backward-check"))
 from backward_check.report import ALL_TRAPS, RETURNS_WRONG  # noqa: E402
 from backward_check.runner import CHECKS  # noqa: E402
 

@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKER_FILES = ("practice/backward_check/*.py", "practice/backward_checker.py")
-STAMP_WORDS = "sha256 of practice/backward_check/*.py and practice/backward_checker.py"
+CHECKER_FILES = ("backward-check/backward_check/*.py", "backward-check/pytest_backward_check.py",
+                 "practice/backward_checker.py")
+STAMP_WORDS = "sha256 of backward-check/backward_check/*.py, backward-check/pytest_backward_check.py and practice/backward_checker.py"
 
 
 def checker_files():

@@ -3,15 +3,18 @@
 While the suite's tests run, every call of a torch.autograd.Function's .apply, and of a torch.library custom op
 with a registered autograd, that gets an input which requires grad is recorded (copies of its arguments, made
 before the forward runs); after each test, each new signature of each op (up to --backward-check-limit per op)
-is checked with check_backward against finite differences, in a worker process (worker.py), and the session ends
-with a table of what was found. Off unless asked:
+is checked with check_backward against finite differences, in a worker process (backward_check/worker.py), and the
+session ends with a table of what was found. Off unless asked:
 
     pytest --backward-check                  # report: a table at the end, no test fails for it
     pytest --backward-check=fail             # a trap fails the test that made the call
     pytest --backward-check=fail --backward-check-accepted accepted.json   # traps known and kept, by op
     pytest --backward-check --backward-check-accepted accepted.json --backward-check-accept   # rewrite it
 
-Installed with the package (a pytest11 entry point); in a checkout: `pytest -p backward_check.plugin`.
+Installed with the package (a pytest11 entry point); in a checkout, with backward-check/ on PYTHONPATH:
+`pytest -p pytest_backward_check`. pytest imports this module in every run where the package is installed, so it
+is a module of its own, outside the package: it imports neither torch nor backward_check until the option is given
+(the package chooses, as it is imported, the GPU or Triton's interpreter, and the suite may not want either yet).
 """
 import dataclasses
 import difflib
@@ -99,7 +102,7 @@ def options_of(config):
 
 def read_accepted(path, accepting):
     """{op name: [trap names]} from the accepted file; a missing file is empty where this run will write it."""
-    from .report import TRAPS
+    from backward_check.report import TRAPS
     if path is None:
         return {}
     if not path.exists():
@@ -159,7 +162,7 @@ class Checked:
     @property
     def shown(self):
         """The verdict for the table, each accepted trap marked."""
-        from .worker import FAULT, TRAPS
+        from backward_check.worker import FAULT, TRAPS
         if self.verdict.status == TRAPS:
             return "TRAP " + "; ".join(t + (" (accepted)" if t in self.accepted else "") for t in self.verdict.traps)
         if self.verdict.status == FAULT and self.accepted:
@@ -172,8 +175,8 @@ class BackwardCheckSession:
     NAME = "backward-check-session"
 
     def __init__(self, options, accepted):
-        from .recording import Recorder
-        from .worker import Worker
+        from backward_check.recording import Recorder
+        from backward_check.worker import Worker
         self.options, self.accepted = options, accepted
         self.recorder = Recorder(options.limit)
         self.worker = Worker(options.timeout)
@@ -213,8 +216,8 @@ class BackwardCheckSession:
 
     def check_pending(self):
         """Checks every call the test recorded with a new signature; the Checked entries, in order."""
-        from .calling import clip
-        from .worker import NOT_CHECKED, Verdict, check_here
+        from backward_check.calling import clip
+        from backward_check.worker import NOT_CHECKED, Verdict, check_here
         done, pending = [], self.recorder.take_pending()
         while pending:
             call = pending.pop(0)  # its copies of the test's arguments are freed once it is checked
@@ -239,7 +242,7 @@ class BackwardCheckSession:
     def rewrite_accepted(self):
         """The accepted file with each op checked this run listing the traps it showed (ops it could not check,
         and ops this run never called, keep their entries)."""
-        from .worker import NOT_CHECKED
+        from backward_check.worker import NOT_CHECKED
         accepted = dict(self.accepted)
         decided = {c.op for c in self.checked if c.verdict.status != NOT_CHECKED}
         for op in decided:
@@ -307,7 +310,7 @@ class BackwardCheckSession:
 
 
 def failure_message(checked, options):
-    from .worker import FAULT
+    from backward_check.worker import FAULT
     where = f" ({options.accepted_path})" if options.accepted_path else ""
     if checked.verdict.status == FAULT:
         found = f"faulted under the checker ({checked.verdict.summary.removeprefix('FAULT ')})"

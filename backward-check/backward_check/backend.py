@@ -1,6 +1,6 @@
 """Where the kernels run: the GPU PyTorch sees, or else Triton's interpreter on the CPU.
 
-The package chooses for itself, so it installs and runs on its own (pip install ./practice),
+The package chooses for itself, so it installs and runs on its own (pip install ./backward-check),
 without the book's scripts. Triton reads TRITON_INTERPRET once, when it is first imported: if the
 caller's code imported triton before this package could switch the interpreter on, the choice
 comes too late, and a "0 active drivers" error (or "Cannot call @triton.jit'd outside of the scope
