@@ -137,10 +137,12 @@ def test_the_package_installs_what_it_needs_into_a_venv_without_numpy(tmp_path):
     source = copy_of_the_source(tmp_path)
     isolation = ["--no-build-isolation"] if sees["setuptools"] else []
     pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install",
-           *isolation, str(source)]
+           "--retries", "0", "--timeout", "20", *isolation, str(source)]
     # Resolve first and look: torch is a multi-GB download that pip must take as installed, never fetch.
     plan = subprocess.run([*pip, "--dry-run", "--quiet", "--report", "-"], capture_output=True, text=True,
                           env=environment_without_python_paths())
+    if plan.returncode and "from versions: none" in plan.stderr:  # a machine that reaches no package index
+        pytest.skip("pip finds no numpy to install here (no package index reachable): nothing to show")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     planned = {canonicalize_name(item["metadata"]["name"]) for item in json.loads(plan.stdout)["install"]}
     assert not planned & set(shared), f"pip would install again what the venv already has: {planned & set(shared)}"

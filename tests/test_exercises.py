@@ -83,6 +83,8 @@ def test_an_edit_to_an_exercise_leaves_the_solutions_as_they_were(tmp_path):
     shutil.copytree(REPO / "practice", practice, ignore=shutil.ignore_patterns("__pycache__"))
     (practice / "exercises.py").write_text("raise SystemExit('the learner broke this file')\n")
     (tmp_path / "hardened_ops.py").write_text((REPO / "hardened_ops.py").read_text())
+    shutil.copytree(REPO / "backward-check" / "backward_check", tmp_path / "backward-check" / "backward_check",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # the package, beside practice/ as in the repository
     result = subprocess.run([sys.executable, "practice/solutions.py", "--only", "1", "--only", "8"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.rstrip().endswith("2 of 2 solved"), result.stdout + result.stderr
