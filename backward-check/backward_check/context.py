@@ -23,8 +23,9 @@ RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gr
 
 DIFFERENCED = "differenced for the right gradient"
 # Units in the last place of the op's precision that rounding may leave in a gradient, relative to its
-# largest element: a sum of a few thousand terms in any order stays well inside it.
-ROUNDING_ULPS = 1024
+# largest element: a sum of a few thousand terms in any order stays well inside it (on an H200, two layouts'
+# float64 sums of a batch-norm bias gradient, exactly 0 in exact arithmetic, came out more than 1024 apart).
+ROUNDING_ULPS = 4096
 
 
 # CUDA's words for a fault that leaves the process's GPU context unusable: every later call fails with it.
