@@ -184,7 +184,7 @@ def sweep_probes():
             leaves = [t.clone().requires_grad_(True) for t in (x, dt, A, B, C)]
             out = ssd.apply(*leaves, 16, d, None, dt_bias, None, None, None, True)
             out = out[0] if isinstance(out, tuple) else out
-            torch.autograd.grad(out, leaves, torch.ones_like(out))
+            torch.autograd.grad(out, leaves, randn(*out.shape, seed=12).to(device))  # a random grad_output, not ones
         wider = randn(4, seed=9).to(device).requires_grad_(True)
         backward_with(wider.detach()[::2].contiguous().requires_grad_(True))
         try:
