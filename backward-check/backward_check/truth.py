@@ -19,6 +19,7 @@ element, an element off by half its own value beyond that rounding is far off, h
 beside the largest (a wrong branch for large negative inputs).
 """
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -51,6 +52,8 @@ ROUNDING_TIMES = 8
 # beyond ROUNDING_TIMES its rounding.
 FAR_OFF = 0.5
 EPS64 = torch.finfo(torch.float64).eps
+# Float64 ulps of the op's largest gradient element that any element may be off for nothing (Expected.floor).
+ZERO_ULPS = 16
 
 
 def relative_error(got, right, typical=None, allowance=0.0):
@@ -155,6 +158,16 @@ class Expected:
         self.rounding = self.rounding or [None] * len(self.grads)
         self.fine = self.fine or [None] * len(self.grads)
 
+    @functools.cached_property
+    def floor(self):
+        """What float64 rounding alone may leave in any element of any gradient: ZERO_ULPS of the op's
+        largest gradient element. A gradient that is 0 in exact arithmetic (a bias before a batch norm) is
+        a sum of another gradient's elements, and carries their rounding, not its own vanishing size's;
+        where the reference's rounding in the op's dtype happens to be 0 there too, this is what is left."""
+        largest = max((g[g.isfinite()].abs().max().item() for g in self.grads
+                       if g is not None and bool(g.isfinite().any())), default=0.0)
+        return ZERO_ULPS * EPS64 * largest
+
     def error(self, got, i, shape):
         """got's error for argument i in units of what counts as right (above 1 is wrong): the larger of
         its error over the whole gradient in tolerances, and its worst element; inf where got is
@@ -179,9 +192,11 @@ class Expected:
             return 0.0
         tolerance, rounding = self.tolerance[i], self.rounding[i]
         rounding = torch.zeros_like(right) if rounding is None else rounding.to(right.device)[finite]
-        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()),
+        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()
+                         + self.floor * math.sqrt(d.numel())),
                    ratio(d.abs().max().item(),
-                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()))
+                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()
+                         + self.floor))
 
     def far_off(self, got, i):
         """Which elements (of the sample) are far off: by more than FAR_OFF of their own value, beyond
@@ -192,8 +207,7 @@ class Expected:
             return None
         g, right = self._pair(got, i)
         fine = fine.to(right.device)
-        largest = right[right.isfinite()].abs().max().item() if right.isfinite().any() else 0.0
-        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * neighbourhood(fine) + 16 * EPS64 * largest
+        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * neighbourhood(fine) + self.floor
         d = (g - right).abs()
         agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
         return ~agree & ((d > allowed) | ~(d.isfinite() | agree))
