@@ -26,15 +26,41 @@ BLOCK = 1024          # the chapter's kernels' block: a grown input spans severa
 GROWN_NUMEL = 3 * BLOCK + 1
 
 
-def generator(name, base=0):
-    """The CPU generator of the stream called name (base: one per set of inputs)."""
-    return torch.Generator(device="cpu").manual_seed(base * 1_000_003 + zlib.crc32(name.encode()))
+# Up to this many elements a draw is made on the CPU, the same values on every machine; past it, on the
+# tensor's own device from a generator seeded alike: hundreds of millions of float64 values drawn on the CPU
+# and copied over take longer than the check itself.
+CPU_DRAW = 1 << 22
+
+
+def generator(name, base=0, device="cpu"):
+    """The generator of the stream called name (base: one per set of inputs), on device."""
+    return torch.Generator(device=device).manual_seed(base * 1_000_003 + zlib.crc32(name.encode()))
+
+
+def draw_on(numel, device):
+    """Where a draw of numel elements for a tensor on device is made: the CPU up to CPU_DRAW elements, or
+    where device has no generator of its own; device past it."""
+    device = torch.device(device)
+    if numel <= CPU_DRAW or device.type == "cpu":
+        return torch.device("cpu")
+    try:
+        torch.Generator(device=device)
+    except RuntimeError:
+        return torch.device("cpu")
+    return device
 
 
 def randn(shape, like, name, base=0):
     """Standard normal values of shape, drawn from stream name, with like's dtype and device."""
-    drawn = torch.randn(tuple(shape), generator=generator(name, base), dtype=torch.float64, device="cpu")
+    where = draw_on(math.prod(shape), like.device)
+    drawn = torch.randn(tuple(shape), generator=generator(name, base, where), dtype=torch.float64, device=where)
     return drawn.to(device=like.device, dtype=like.dtype)
+
+
+def randn_flat(n, device, name, base=0):
+    """n standard normal float64 values from stream name, on device."""
+    where = draw_on(n, device)
+    return torch.randn(n, generator=generator(name, base, where), dtype=torch.float64, device=where).to(device)
 
 
 def uniform_like(t, value):
@@ -146,9 +172,10 @@ def jittered(t, name, base=0):
     of the range is scaled by the mirrored factor (2 - f) instead, and one still outside is drawn at random
     inside it: never clamped, since a clamp would make values equal that were not (a tie at a row's
     maximum, which a selection op may break either way)."""
-    draws = generator(name, base)
-    factor = (torch.rand(t.shape, generator=draws, dtype=torch.float64, device="cpu") * 0.5 + 0.75).to(t.device)
-    inside = torch.rand(t.shape, generator=draws, dtype=torch.float64, device="cpu").to(t.device)
+    where = draw_on(t.numel(), t.device)
+    draws = generator(name, base, where)
+    factor = (torch.rand(t.shape, generator=draws, dtype=torch.float64, device=where) * 0.5 + 0.75).to(t.device)
+    inside = torch.rand(t.shape, generator=draws, dtype=torch.float64, device=where).to(t.device)
     values = t.detach().double()
     finite = values[values.isfinite()]
     scaled = values * factor

@@ -27,7 +27,7 @@ import time
 import torch
 
 from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call
-from .strategies import BLOCK, generator
+from .strategies import BLOCK, generator, randn_flat
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.6e-2}
@@ -45,6 +45,9 @@ SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks'
 # (f(x + h u) - f(x - h u)) / 2h, at a cost that grows with the directions, not the elements. Some
 # directions span the whole input, some only its first block, some only its last (ragged) block.
 DIRECTIONS = {"every element": 8, "the first block": 2, "the last block": 2}
+# The directions as the op saw them are held while they take at most this many elements together (a quarter
+# of a GiB in float64), and made again from their streams each time past that.
+KEPT_ELEMENTS = 1 << 25
 # How many times the reference's own rounding (in the op's dtype, or under TF32 operands) the op may be off:
 # the same computation in another order (atomic adds, a fused kernel) rounds differently, not worse by more.
 ROUNDING_TIMES = 8
@@ -223,7 +226,7 @@ class Expected:
         g, index = flat(got), self.indices[i]
         if index is None:
             return g
-        return index.of(g) if isinstance(index, Directions) else g[index]
+        return index.of(g) if isinstance(index, RandomDirections) else g[index]
 
     def raw_error(self, got, i):
         """got's error relative to the right gradient's size (for the report's numbers), None as zeros."""
@@ -345,11 +348,11 @@ class FiniteDifferences:
             self.columns[i] = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
                 else torch.arange(n, device="cpu")
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
-        self.directions = {}  # input: (directions, n) float64, and what each spans
+        self.directions = {}  # input: its RandomDirections
         if calls > FD_MAX_CALLS:
             for i in op.inputs:
                 self.directions[i] = self._directions(i)
-            calls = sum(4 * len(d[0]) for d in self.directions.values())
+            calls = sum(4 * len(d.plan) for d in self.directions.values())
         seconds = calls * per_call
         if seconds > FD_MAX_S:
             raise UsageError(f"finite differences would need {calls} calls of the op, about {seconds:.0f} s here "
@@ -365,7 +368,7 @@ class FiniteDifferences:
         self.jacobians, self.kinks = {}, {}
         for i in op.inputs:
             if i in self.directions:
-                self.jacobians[i], self.directions[i] = self._directional(i, step, base)
+                self.jacobians[i] = self._directional(i, step, base)
                 continue
             fine, coarse, smooth = self._jacobians(i, step, self.columns[i], base)
             self.kinks[i] = int((~smooth).sum())
@@ -455,37 +458,43 @@ class FiniteDifferences:
 
     def _directions(self, i):
         """Random directions for input i, each element moved in proportion to its own size (never below the
-        input's typical size): (directions (d, n), what each spans). An element that is exactly 0 (a ReLU's
-        kink, a padded zero) or not finite stays where it is, so no direction crosses a kink there."""
-        x = flat(self.values[i]).cpu()
+        input's typical size), drawn one at a time on the input's device when asked for, never held all at
+        once: twelve directions of a large input are more memory than the input. An element that is
+        exactly 0 (a ReLU's kink, a padded zero) or not finite stays where it is, so no direction crosses a
+        kink there."""
+        x = flat(self.values[i].detach())
         n = x.numel()
         finite = x[x.isfinite()]
         typical = (finite.norm().item() / max(1, finite.numel()) ** 0.5) or 1.0
         scale = torch.where(x.isfinite() & (x != 0), x.abs().clamp(min=typical), torch.zeros_like(x))
         tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)
         spans = {"every element": (0, n), "the first block": (0, min(n, BLOCK)), "the last block": (tail, n)}
-        rows, labels = [], []
+        plan = []
         for label, count in DIRECTIONS.items():
-            start, stop = spans[label]
             if label != "every element" and n <= BLOCK:
                 continue
-            z = torch.randn(count, n, generator=generator(f"finite-difference directions {i} {label}"),
-                            dtype=torch.float64, device="cpu")
-            z[:, :start] = 0.0
-            z[:, stop:] = 0.0
-            rows.append(z * scale)
-            labels += [label] * count
-        return torch.cat(rows), labels
+            start, stop = spans[label]
+            plan += [(label, start, stop, f"finite-difference directions {i} {label} {k}") for k in range(count)]
+        return RandomDirections(self, i, scale, plan)
+
+    def moved(self, i, u, h):
+        """Direction u of input i as the op sees it at step h: (x + h u) - (x - h u), over 2 h, after its
+        dtype rounded both."""
+        plus, minus = (same_layout(self.values[i].detach(), self.dtype) for _ in range(2))
+        shift = (h * u).reshape(plus.shape).to(dtype=plus.dtype)
+        plus.add_(shift)
+        minus.sub_(shift)
+        return (flat(plus) - flat(minus)) / (2 * h)
 
     def _directional(self, i, step, center):
         """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
-        rows (one a direction, over the outputs), and the directions as the op saw them (after rounding to
-        its dtype), less those whose steps straddle a kink."""
-        units, labels = self.directions[i]
+        rows (one a direction, over the outputs), less the directions whose steps straddle a kink."""
+        directions = self.directions[i]
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
-        rows, gaps, seen = {1: [], 2: []}, {1: [], 2: []}, {1: [], 2: []}
-        for u in units:
+        rows, gaps = {1: [], 2: []}, {1: [], 2: []}
+        for k in range(len(directions.plan)):
+            u = directions.unit(k)
             for factor in (1, 2):
                 h = factor * step
                 plus, minus = self._copies(self.dtype), self._copies(self.dtype)
@@ -493,11 +502,9 @@ class FiniteDifferences:
                 plus[i].add_(shift)
                 minus[i].sub_(shift)
                 up, down = self._outputs(plus), self._outputs(minus)
-                # the direction the op really saw, after its dtype rounded x + h u
-                moved = (flat(plus[i]) - flat(minus[i])).cpu() / (2 * h)
-                seen[factor].append(moved)
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)
+            del u
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / step
@@ -505,10 +512,9 @@ class FiniteDifferences:
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
         smooth = ((central <= allowed) & (doubling <= allowed)).cpu()
         self.kinks[i] = int((~smooth).sum())
+        directions.keep([k for k, keep in enumerate(smooth.tolist()) if keep], step)
         on_device = smooth.to(fine.device)
-        directions = torch.stack(seen[1])[smooth]
-        labels = [label for label, keep in zip(labels, smooth.tolist()) if keep]
-        return (fine[on_device], coarse[on_device]), (directions, labels)
+        return fine[on_device], coarse[on_device]
 
     def expected(self, grad_outputs, tolerance):
         g = torch.cat([flat(t) for t in grad_outputs])
@@ -524,7 +530,7 @@ class FiniteDifferences:
                 noise = float("inf")
             grads.append(fine)
             if i in self.directions:
-                indices.append(Directions(*self.directions[i], device=g.device))
+                indices.append(self.directions[i])
             else:
                 full = len(self.columns[i]) == self.values[i].numel()
                 indices.append(None if full else self.columns[i].to(g.device))
@@ -532,18 +538,47 @@ class FiniteDifferences:
         return Expected(grads, indices, tolerances)
 
 
-class Directions:
-    """What is known of a gradient checked along directions: its inner product with each (an Expected's
-    indices entry, in place of element indices), and what part of the input each spans."""
+class RandomDirections:
+    """Input i's random directions: each drawn when asked for, on the input's device, from a stream of its
+    own (so the same direction comes back every time); as an Expected's indices entry, what is known of a
+    gradient checked along them is its inner product with each direction the op saw (after its dtype's
+    rounding), for the directions kept (those whose steps straddle no kink). The directions as the op saw
+    them are kept while they take at most KEPT_ELEMENTS elements together, and made again past that."""
 
-    def __init__(self, units, labels, device):
-        self.units, self.labels = units.to(device), labels
+    def __init__(self, differences, i, scale, plan):
+        self.differences, self.i, self.scale, self.plan = differences, i, scale, plan
+        self.kept, self.step, self._seen = list(range(len(plan))), None, {}
+
+    @property
+    def labels(self):
+        return [self.plan[k][0] for k in self.kept]
+
+    def unit(self, k):
+        _, start, stop, name = self.plan[k]
+        z = randn_flat(self.scale.numel(), self.scale.device, name)
+        z[:start] = 0.0
+        z[stop:] = 0.0
+        return z * self.scale
+
+    def keep(self, kept, step):
+        self.kept, self.step = kept, step
+        self._seen = {}
+        if len(kept) * self.scale.numel() <= KEPT_ELEMENTS:
+            self._seen = {k: self.seen(k) for k in kept}
+
+    def seen(self, k):
+        if k in self._seen:
+            return self._seen[k]
+        return self.differences.moved(self.i, self.unit(k), self.step)
 
     def of(self, gradient):
-        return self.units @ gradient
+        gradient = gradient.to(torch.float64)
+        if not self.kept:
+            return torch.zeros(0, dtype=torch.float64, device=gradient.device)
+        return torch.stack([torch.dot(self.seen(k).to(gradient.device), gradient) for k in self.kept])
 
     def spanning(self, label):
-        return torch.tensor([lab == label for lab in self.labels], dtype=torch.bool, device=self.units.device)
+        return torch.tensor([lab == label for lab in self.labels], dtype=torch.bool, device=self.scale.device)
 
 
 def dtype_tolerance(v):
@@ -569,7 +604,7 @@ class Truth:
         if self.by_reference:
             return "the reference, in float64" if self.source.dtype == torch.float64 else "the reference"
         if self.source.along_directions:
-            count = max(len(d[1]) for d in self.source.directions.values())
+            count = max(len(d.labels) for d in self.source.directions.values())
             return f"finite differences along {count} random directions an input"
         return "finite differences"
 

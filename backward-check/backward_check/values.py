@@ -9,7 +9,7 @@ from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_G
 from .returned import direct_backward
 from .state import right_on_a_new_shape
 from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
-from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, Directions, Truth, flat, relative_error
+from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 
 
 def the_forward(context, check):
@@ -277,7 +277,7 @@ def stops_short(got, expected, i):
     sample = expected.sample(got, i)
     index = expected.indices[i]
     want = expected.grads[i]
-    if isinstance(index, Directions):  # along directions: right on the first block, wrong on the last
+    if isinstance(index, RandomDirections):  # along directions: right on the first block, wrong on the last
         wrong = {label: relative_error(sample[index.spanning(label)], want[index.spanning(label)]) >
                  expected.tolerance[i] for label in ("the first block", "the last block")}
         if index.spanning("the last block").any() and wrong["the last block"] and not wrong["the first block"]:
