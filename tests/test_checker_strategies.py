@@ -146,6 +146,39 @@ def test_directions_made_again_judge_as_directions_held(monkeypatch):
     assert all("random directions" in r.checked for r in again)
 
 
+class RowsInFloat32(torch.autograd.Function):
+    """A loss as a fused kernel computes it: each row's logsumexp in float32 whatever the input's dtype (a
+    Triton kernel that casts its loads), their sum in the input's dtype. Liger-Kernel's cross-entropy with
+    reduction 'sum' is one."""
+    factor = 1.0
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.logsumexp(x.float(), dim=1).to(x.dtype).sum()
+
+    @classmethod
+    def backward(cls, ctx, g):
+        x, = ctx.saved_tensors
+        return (torch.softmax(x.float(), dim=1) * cls.factor).to(x.dtype) * g
+
+
+class RowsInFloat32TimesOneAndAHalf(RowsInFloat32):
+    factor = 1.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_loss_summed_over_float32_rows_is_differenced_at_a_float32_step(dtype):
+    """Along directions, called in float64, such a loss moves only by its float32 rounding at a float64 step:
+    the differences were 0 or noise, and the right backward 'a wrong formula' (inf off). Stepped as float32,
+    the right one is clean and a wrong one named."""
+    x = seeded_randn(200, 3000, seed=11).to(dtype)
+    right = check_backward(RowsInFloat32, x)
+    assert right.clean and "12 random directions" in right.checked, str(right)
+    wrong = check_backward(RowsInFloat32TimesOneAndAHalf, x)
+    assert wrong.traps == ["a wrong formula"], str(wrong)
+
+
 def test_the_call_budget_is_a_count_not_a_time():
     """How finite differences run depends on the input's size only, never on the machine's speed: 990
     elements need 4 * 990 = 3960 calls (two steps, either side), column by column; 1025 would need 4100, so
