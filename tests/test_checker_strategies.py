@@ -168,11 +168,12 @@ class RowsInFloat32TimesOneAndAHalf(RowsInFloat32):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_loss_summed_over_float32_rows_is_differenced_at_a_float32_step(dtype):
+@pytest.mark.parametrize("shape", [(1, 1025), (3, 1027), (41, 100), (200, 3000)])  # one block past, several, large
+def test_a_loss_summed_over_float32_rows_is_differenced_at_a_float32_step(shape, dtype):
     """Along directions, called in float64, such a loss moves only by its float32 rounding at a float64 step:
     the differences were 0 or noise, and the right backward 'a wrong formula' (inf off). Stepped as float32,
-    the right one is clean and a wrong one named."""
-    x = seeded_randn(200, 3000, seed=11).to(dtype)
+    the right one is clean and a wrong one named, from one block past the finite-difference budget up."""
+    x = seeded_randn(*shape, seed=11).to(dtype)
     right = check_backward(RowsInFloat32, x)
     assert right.clean and "12 random directions" in right.checked, str(right)
     wrong = check_backward(RowsInFloat32TimesOneAndAHalf, x)
