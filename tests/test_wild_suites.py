@@ -1,0 +1,230 @@
+"""tools/wild/suites.py without a GPU and without the releases: how it reads the plugin's table (today's, and
+the same rows wrapped), how it judges a release, what it runs (whole files, the plugin's default options), how
+a release's runs share their deadline, how a suite past its deadline is stopped, and its refusals.
+
+The runs themselves need a CUDA GPU and the downloaded releases (python tools/wild/suites.py --download);
+`--interpret --select EXPR` smoke-tests the plumbing in Triton's interpreter, by hand.
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "wild" / "suites.py"
+sys.path.insert(0, str(REPO / "backward-check"))
+from backward_check.report import TRAPS  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("suites", TOOL)
+suites = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suites)
+
+LIGER = suites.CASE_BY_NAME["liger-ce-none"]
+FLA = suites.CASE_BY_NAME["fla-swish-flat"]
+CE = "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction"
+UNIFORM = "assumes a uniform grad_output"
+WRITES = "writes into an input or a saved tensor"
+
+# The plugin's closing table as an H200 run printed it (Liger-Kernel 0.5.8's cross-entropy tests, shortened to
+# three rows, widths as printed), then the first per-signature report, whose evidence uses a trap's words.
+TODAY = """\
+-- Docs: https://docs.pytest.org/en/stable/how-to/capture-warnings.html
+================================ backward-check ================================
+op, and the arguments it was called with                first called by                                               seconds  verdict
+liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction
+  bfloat16 2-d, int64 1-d, None, int, float, float, 'sum', None, Falsetest/transformers/test_cross_entropy.py::test_correctness[1.0-dtype0-1e-08-0.05-sum-2-4096-32000]      9.7  TRAP writes into an input or a saved tensor (accepted); a wrong formula
+  bfloat16 2-d, int64 1-d, None, int, float, float, 'none', None, Falsetest/transformers/test_cross_entropy.py::test_correctness[1.0-dtype0-1e-08-0.05-none-2-4096-32000]      4.9  TRAP writes into an input or a saved tensor (accepted); assumes a uniform grad_output
+  float32 2-d, int64 1-d, None, int, float, float, 'none', None, Falsetest/transformers/test_cross_entropy.py::test_correctness[1.0-dtype1-1e-08-1e-06-none-2-4096-32000]      6.8  TRAP writes into an input or a saved tensor (accepted); assumes a uniform grad_output
+3 calls of 1 op checked in 21.4 s; 3 with a finding not accepted; worker process started 1 time (4.8 s)
+- liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction (bfloat16 2-d, int64 1-d, None, int, float, float, 'sum', None, False), first called by test/transformers/test_cross_entropy.py::test_correctness[1.0-dtype0-1e-08-0.05-sum-2-4096-32000] -
+check_backward(liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction): 2 traps found
+  TRAP  a wrong formula [Chapter 16]: wrong even for a uniform grad_output of 2 (inf off, relative, under a random one)
+=================== 12 passed, 1 warning in 64.20s (0:01:04) ===================
+"""
+
+
+def fixed_release(text):
+    """The same table with the 'none' rows as the fixed release prints them, and a report after the table whose
+    evidence names the uniform trap (the table, not the reports, is what counts)."""
+    text = text.replace("(accepted); assumes a uniform grad_output", "(accepted)")
+    return text.replace("  TRAP  a wrong formula [Chapter 16]", "  ok    not the trap 'assumes a uniform grad_output'")
+
+
+def wrapped(text, width=70):
+    """The table's rows wrapped at width, continuation lines indented deeper: a trap's name split over lines."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("  ") and len(line) > width and not line.lstrip().startswith("TRAP  "):
+            out += textwrap.wrap(line.strip(), width, initial_indent="  ", subsequent_indent="      ",
+                                 break_long_words=True, break_on_hyphens=False)
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("shape", [lambda t: t, wrapped], ids=["today", "wrapped"])
+def test_the_plugins_table_names_the_traps_of_the_op(shape):
+    text = shape(TODAY)
+    if shape is wrapped:
+        assert UNIFORM not in text and WRITES not in text, "each name is split over two lines"
+    named, rows = suites.plugin_findings(text, CE, TRAPS)
+    assert named == [t for t in TRAPS if t in (UNIFORM, WRITES, "a wrong formula")]
+    assert suites.was_checked(rows)
+    named, rows = suites.plugin_findings(shape(fixed_release(TODAY)), CE, TRAPS)
+    assert UNIFORM not in named and WRITES in named, "the report after the table is not read"
+
+
+def test_notes_in_parentheses_and_other_ops_are_not_findings():
+    text = TODAY.replace(
+        "3 calls of 1 op",
+        "  (accepted but not found, so the accepted file may drop it: assumes a\n"
+        "   uniform grad_output)\n"
+        "  (28 more signatures not checked: --backward-check-limit 2)\n"
+        "other_lib.ops.Loss\n"
+        "  float32 2-d                test_other.py::test_it      1.0  TRAP ignores grad_output\n"
+        "3 calls of 1 op")
+    named, _ = suites.plugin_findings(text, CE, TRAPS)
+    assert "ignores grad_output" not in named
+    named, rows = suites.plugin_findings(fixed_release(text), CE, TRAPS)
+    assert UNIFORM not in named
+    named, rows = suites.plugin_findings(text, "other_lib.ops.Loss", TRAPS)
+    assert named == ["ignores grad_output"] and len(rows) == 1
+
+
+def test_an_op_only_noted_was_not_checked():
+    rows = ["  (30 signatures not checked: --backward-check-limit 0)", "  30 signatures left out: run with --x"]
+    assert not suites.was_checked(rows)
+    assert not suites.was_checked([])
+    assert suites.was_checked(["  float32 3-d    tests/test_a.py::test_b[1-1-64]     2.0  clean"])
+
+
+def test_no_table_no_findings():
+    assert suites.plugin_findings("12 passed in 3.0s\n", CE, TRAPS) == ([], [])
+    text = TODAY.replace(CE + "\n", "no autograd.Function or custom op was called with an input that requires grad\n")
+    assert suites.plugin_findings(text, CE, TRAPS) == ([], [])
+
+
+def a_run(case, role, code=0, interrupted=False, output=""):
+    version = case.buggy if role == "buggy" else case.fixed
+    return suites.Run(case, role, version, plugin=True, code=code, interrupted=interrupted, output=output)
+
+
+CHECKED = ["  float32 3-d   tests/modules/test_activation.py::test_swish[2-512-128-False]   42.0  TRAP x"]
+
+
+@pytest.mark.parametrize("role, named, rows, verdict", [
+    ("buggy", [WRITES, UNIFORM], CHECKED, "as expected"),
+    ("buggy", [WRITES], CHECKED, "NO: 'assumes a uniform grad_output' not named for LigerCrossEntropyFunction"),
+    ("buggy", [], [], "NO: 'assumes a uniform grad_output' not named for LigerCrossEntropyFunction (not checked)"),
+    ("fixed", [WRITES], CHECKED, "as expected"),
+    ("fixed", [WRITES, UNIFORM], CHECKED, "NO: 'assumes a uniform grad_output' named for LigerCrossEntropyFunction"),
+    ("fixed", [], ["  (2 signatures not checked)"], "NO: LigerCrossEntropyFunction not checked"),
+])
+def test_the_verdict_rule_for_one_function(role, named, rows, verdict):
+    assert suites.judge(a_run(LIGER, role), {CE: (named, rows)}) == verdict
+
+
+def test_every_function_of_a_case_is_judged():
+    swish, sigmoid = FLA.functions
+    flat = FLA.traps[0]
+    assert suites.judge(a_run(FLA, "buggy"), {swish: ([flat], CHECKED), sigmoid: ([flat], CHECKED)}) == "as expected"
+    verdict = suites.judge(a_run(FLA, "buggy"), {swish: ([flat], CHECKED), sigmoid: ([], CHECKED)})
+    assert verdict.startswith("NO:") and "SigmoidFunction" in verdict and "SwishFunction" not in verdict
+    verdict = suites.judge(a_run(FLA, "fixed"), {swish: ([], CHECKED), sigmoid: ([FLA.traps[1]], CHECKED)})
+    assert verdict == f"NO: {FLA.traps[1]!r} named for SigmoidFunction"
+
+
+def test_a_run_that_broke_is_no_verdict_but_one_the_deadline_interrupted_is_judged():
+    findings = {CE: ([UNIFORM], CHECKED)}
+    assert suites.judge(a_run(LIGER, "buggy", code=None), findings) == "NO: killed"
+    assert suites.judge(a_run(LIGER, "buggy", code=4), findings) == "NO: pytest exit 4"
+    assert suites.judge(a_run(LIGER, "buggy", code=2, interrupted=True), findings) == "as expected"
+
+
+def test_outcome_reads_pytests_counts_and_marks_an_interrupted_run():
+    assert suites.outcome(a_run(LIGER, "buggy", output=TODAY)) == "12 passed"
+    assert suites.outcome(a_run(LIGER, "buggy", output="x\n3 failed, 9 passed in 2.0s\n")) == "3 failed, 9 passed"
+    interrupted = a_run(LIGER, "buggy", code=2, interrupted=True, output="!!! KeyboardInterrupt !!!\n1 passed in 19.13s\n")
+    assert suites.outcome(interrupted) == "1 passed (interrupted)"
+    assert suites.outcome(a_run(LIGER, "buggy", code=3, output="INTERNALERROR>\n")) == "exit 3, no summary"
+    assert suites.outcome(a_run(LIGER, "buggy", code=None)) == "killed at the deadline"
+
+
+def test_a_releases_runs_share_its_deadline_and_the_timed_two_alike():
+    assert suites.warm_up_deadline(330) == 110
+    assert suites.timed_deadline(330, 50) == 140 and suites.timed_deadline(330, 110) == 110
+    assert suites.timed_deadline(10, 30) == 1
+
+
+def test_the_ratio_is_given_only_where_all_three_runs_ended_by_themselves():
+    def timed(seconds, interrupted=False):
+        return suites.Run(LIGER, "buggy", LIGER.buggy, False, code=0, seconds=seconds, interrupted=interrupted)
+    assert suites.ratio(timed(30), timed(60), timed(90)) == "1.5x"
+    assert suites.ratio(timed(110, interrupted=True), timed(60), timed(90)) == "-", "a warm-up cut short"
+    assert suites.ratio(timed(30), timed(60), timed(140, interrupted=True)) == "-"
+
+
+def test_whole_files_and_the_plugins_default_options(tmp_path):
+    for case in suites.CASES:
+        start = [sys.executable, "-m", "pytest", *case.tests, "-q", "-p", "no:cacheprovider"]
+        assert suites.suite_command(case, tmp_path, False, None) == start
+        plugin = suites.suite_command(case, tmp_path, True, None)
+        accepted = [f"--backward-check-accepted={suites.accepted_path(tmp_path, case).resolve()}"] if case.accepted else []
+        assert plugin == start + ["-p", "pytest_backward_check", "--backward-check", *accepted]
+        assert suites.suite_command(case, tmp_path, False, None, warm_workers=4) == start + ["-n", "4"]
+        assert not any("::" in test for test in case.tests), "whole files, not some of their tests"
+        assert all(t in TRAPS for t in case.traps) and all(t in TRAPS for _, t, _ in case.accepted)
+        assert case.functions and all(f.count(".") >= 2 for f in case.functions)
+    assert len({c.library for c in suites.CASES}) >= 3
+    assert set(FLA.functions) == {"fla.modules.activations.SwishFunction", "fla.modules.activations.SigmoidFunction"}
+
+
+def test_the_accepted_file_lists_traps_by_op(tmp_path):
+    text = suites.write_accepted(tmp_path, LIGER)
+    assert json.loads(text) == json.loads(suites.accepted_path(tmp_path, LIGER).read_text()) == {CE: [WRITES]}
+
+
+def test_a_suite_past_its_deadline_is_interrupted_and_prints_its_counts(tmp_path):
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_quick():\n    pass\n\n"
+                                           "def test_slow():\n    time.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_slow.py"), "-q",
+                                "-p", "no:cacheprovider"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    output, interrupted, killed = suites.stop(process, 8)
+    assert interrupted and not killed and process.returncode == 2
+    assert "KeyboardInterrupt" in output and "interrupted at the 8 s deadline" in output
+    run = suites.Run(LIGER, "buggy", LIGER.buggy, False, code=2, interrupted=True, output=output)
+    assert suites.outcome(run) == "1 passed (interrupted)"
+
+
+def run_tool(*args):
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_list_names_every_case_its_files_and_functions():
+    done = run_tool("--list")
+    assert done.returncode == 0
+    for case in suites.CASES:
+        assert case.name in done.stdout and all(f in done.stdout for f in case.functions)
+        assert all(t in done.stdout for t in case.tests)
+
+
+@pytest.mark.parametrize("args, said", [
+    ([], "give one of"),
+    (["--run", "--jobs", "0"], "positive"),
+    (["--run", "--warm-workers", "-1"], "0 or a positive"),
+    (["--download"], "--download needs a clone of each library"),
+    (["--download", "--git", "nolib=/x"], "--git takes NAME=PATH"),
+])
+def test_bad_arguments_exit_2_without_a_traceback(args, said):
+    done = run_tool(*args)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_releases_not_downloaded_exit_2_naming_them(tmp_path):
+    done = run_tool("--run", str(tmp_path))
+    assert done.returncode == 2 and "lacks liger-kernel 0.5.8" in done.stderr and "--download" in done.stderr
