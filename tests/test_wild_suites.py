@@ -78,6 +78,12 @@ def test_the_plugins_table_names_the_traps_of_the_op(shape):
     assert UNIFORM not in named and WRITES in named, "the report after the table is not read"
 
 
+def test_the_table_ends_at_the_next_rule_even_where_a_report_starts_with_the_ops_name():
+    text = fixed_release(TODAY).replace(f"check_backward({CE}): 2 traps found", f"{CE} (bfloat16 2-d): 2 traps found")
+    named, _ = suites.plugin_findings(text, CE, TRAPS)
+    assert UNIFORM not in named
+
+
 def test_notes_in_parentheses_and_other_ops_are_not_findings():
     text = TODAY.replace(
         "3 calls of 1 op",
