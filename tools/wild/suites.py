@@ -71,6 +71,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,6 +258,12 @@ def install_release(case, files, site):
     shutil.rmtree(site / "bin", ignore_errors=True)   # console scripts: no test runs them
 
 
+def vendored_origin(archive):
+    """The sdist (or wheel) a vendored archive's files came from, and its sha256, as the archive records it."""
+    with zipfile.ZipFile(archive) as opened:
+        return opened.read("SOURCE").decode().strip()
+
+
 def weight(root):
     """Bytes of the files under root."""
     return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
@@ -274,10 +281,10 @@ def download(root, clones, cases=CASES):
             files = release_files(case, version, wheels)
             install_release(case, files, release / "site")
             commit, extracted = extract_tests(gitdir, case, version, release / "tests")
-            vendored = f" (vendored: {', '.join(case.vendored)})" if case.vendored else ""
             (release / "SOURCE").write_text(
                 f"{case.repository} {case.tag(version)} {commit}\n"
-                + "".join(f"{f.name} sha256 {sha256(f)}{vendored if i == 0 else ''}\n" for i, f in enumerate(files))
+                + "".join(f"{f.name} sha256 {sha256(f)}\n" for f in files)
+                + (f"  its files: {', '.join(case.vendored)}, from {vendored_origin(files[0])}\n" if case.vendored else "")
                 + "".join(f"tests/{name}\n" for name in extracted))
             print(f"{case.name}: {case.dist} {version} from {files[0].name}; tests from {case.tag(version)} "
                   f"({commit[:12]}): {', '.join(extracted)}")
