@@ -176,7 +176,7 @@ def test_the_ratio_is_given_only_where_all_three_runs_ended_by_themselves():
 
 def test_whole_files_and_the_plugins_default_options(tmp_path):
     for case in suites.CASES:
-        start = [sys.executable, "-m", "pytest", *case.tests, "-q", "-p", "no:cacheprovider"]
+        start = [sys.executable, "-m", "pytest", *case.tests, "-q", "--tb=short", "-p", "no:cacheprovider"]
         assert suites.suite_command(case, tmp_path, False, None) == start
         plugin = suites.suite_command(case, tmp_path, True, None)
         accepted = [f"--backward-check-accepted={suites.accepted_path(tmp_path, case).resolve()}"] if case.accepted else []

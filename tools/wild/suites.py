@@ -27,9 +27,10 @@ which tag, commit and files. It ends with what DIR weighs.
 with PYTHONPATH holding only the release's site (and backward-check/, for the plugin; any PYTHONPATH
 already set comes after them), and a Triton and inductor cache of the release's own:
 
-  1. the warm-up: `python -m pytest FILE -q -p no:cacheprovider -n W` (pytest-xdist, W = --warm-workers),
-     untimed, which fills the cache: the libraries' kernels compile, and autotune for every shape, once;
-  2. plain: `python -m pytest FILE -q -p no:cacheprovider`, timed;
+  1. the warm-up: `python -m pytest FILE -q --tb=short -p no:cacheprovider -n W` (pytest-xdist, W =
+     --warm-workers), untimed, which fills the cache: the kernels compile, and autotune for every shape, once;
+  2. plain: `python -m pytest FILE -q --tb=short -p no:cacheprovider`, timed (short tracebacks: a release
+     whose own tests fail by the thousand keeps a log that can be read);
   3. with the plugin: the same with `-p pytest_backward_check --backward-check` and nothing else but an
      accepted-findings file that lists only what docs/in-the-wild.md calls by design and known; timed.
 
@@ -336,7 +337,7 @@ def write_accepted(root, case):
 
 def suite_command(case, root, plugin, select, warm_workers=0):
     """The suite's whole files, with pytest-xdist's -n for a warm-up, or the plugin with its defaults."""
-    command = [sys.executable, "-m", "pytest", *case.tests, "-q", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", *case.tests, "-q", "--tb=short", "-p", "no:cacheprovider"]
     if select:
         command += ["-k", select]
     if warm_workers:
