@@ -82,7 +82,8 @@ sys.path.insert(0, str(REPO / "tools"))
 from in_the_wild import PLATFORM_PINS, fetch_vendored, install_vendored, table, vendored_archive  # noqa: E402
 from wild.flash_attn import LAYER_NORM  # noqa: E402  (the files case 16 vendors)
 
-INTERRUPT_GRACE = 20      # seconds an interrupted suite has to print its counts and the plugin's table
+INTERRUPT_GRACE = 30      # seconds an interrupted suite has to print its counts and the plugin's table (the plugin
+                          # waits up to 10 s for its worker to stop)
 WARM_UP, PLAIN, PLUGIN = "warm-up", "plain", "with the plugin"
 
 
@@ -537,10 +538,11 @@ def judge(run, findings):
 
 
 def shown_findings(case, findings):
-    """For the table: each Function's trap names, or 'no trap' / 'not called'."""
+    """For the table: each Function's trap names, or 'no trap', 'not checked' (only noted), or 'not in the table'
+    (not called, or, in a run the deadline interrupted, its check not finished: the plugin lists checks made)."""
     def one(function):
         named, rows = findings[function]
-        return ", ".join(named) or ("no trap" if was_checked(rows) else "not checked" if rows else "not called")
+        return ", ".join(named) or ("no trap" if was_checked(rows) else "not checked" if rows else "not in the table")
     if len(case.functions) == 1:
         return one(case.functions[0])
     return "; ".join(f"{short_name(f)}: {one(f)}" for f in case.functions)
