@@ -234,3 +234,11 @@ def test_bad_arguments_exit_2_without_a_traceback(args, said):
 def test_releases_not_downloaded_exit_2_naming_them(tmp_path):
     done = run_tool("--run", str(tmp_path))
     assert done.returncode == 2 and "lacks liger-kernel 0.5.8" in done.stderr and "--download" in done.stderr
+
+
+def test_the_table_shows_each_functions_traps_or_why_none():
+    swish, sigmoid = FLA.functions
+    assert suites.shown_findings(LIGER, {CE: ([WRITES, UNIFORM], CHECKED)}) == f"{WRITES}, {UNIFORM}"
+    shown = suites.shown_findings(FLA, {swish: ([], CHECKED), sigmoid: ([], [])})
+    assert shown == "SwishFunction: no trap; SigmoidFunction: not in the table"
+    assert suites.shown_findings(LIGER, {CE: ([], ["  (2 signatures not checked)"])}) == "not checked"
