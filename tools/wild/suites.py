@@ -57,6 +57,7 @@ and exits 2 whatever it finds.
 """
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -370,14 +371,11 @@ def stop(process, timeout):
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGINT)
     try:
-        output = process.communicate(timeout=INTERRUPT_GRACE)[0]
-        killed = False
+        output, killed = process.communicate(timeout=INTERRUPT_GRACE)[0], False
     except subprocess.TimeoutExpired:
-        output, killed = None, True
-    try:
+        output, killed = "", True
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # what the interrupt left running
-    except ProcessLookupError:
-        pass
     if killed:
         output = process.communicate()[0] + f"\n(killed {INTERRUPT_GRACE} s after the interrupt)\n"
     return output + f"\n(interrupted at the {timeout} s deadline)\n", True, killed
