@@ -6,12 +6,11 @@ checked is a row that starts on a line indented two spaces, in four columns: the
 made the call, the seconds the check took, and the verdict ('clean', 'TRAP a; b' with '(accepted)' after each
 accepted trap, 'UNSTABLE: ...', 'undecided ...', 'not checked: ...', 'FAULT ...'). An argument list or a test id
 too long for its column goes on in the same column on the lines after, indented four spaces or more; a note on
-how the row was checked follows in parentheses, indented four. After the rows, '  (N more signatures not checked:
+how the row was checked follows on one line, in parentheses, indented four. After the rows, '  (N more signatures not checked:
 ...)' says what was left out of the op and why. The table ends with a line 'N calls of M ops checked ...'.
 """
 import collections
 import dataclasses
-import textwrap
 
 from .selection import BUDGET, ELSEWHERE, LIMIT, MEMORY, TIER_WORDS
 from .worker import FAULT, TRAPS, UNDECIDED, UNSTABLE, Verdict
@@ -182,7 +181,7 @@ def table(findings, accepted, options):
         for c in rows:
             lines += row_lines(c.arguments, c.test, c.verdict.seconds, c.shown)
             if c.verdict.note:
-                lines += ["    " + line for line in textwrap.wrap(f"({c.verdict.note})", 110)]
+                lines.append(f"    ({c.verdict.note})")
             twin = seen.setdefault((op, c.arguments), c)
             if twin is not c:
                 lines.append(f"    (checked twice: by {twin.worker or 'one process'} and {c.worker or 'another'})")

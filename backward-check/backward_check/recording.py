@@ -167,8 +167,8 @@ def number_key(told_apart, value):
     return "< 0" if value < 0 else "> 0"
 
 
-def _name_of_callable(value):
-    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
+def _name_of_callable(value, attribute):
+    name = getattr(value, attribute, None)
     return name if isinstance(name, str) else type(value).__name__
 
 
@@ -204,8 +204,8 @@ def _shape_of(value, place, told_apart):
         brackets = {"dict": "{}", "list": "[]", "tuple": "()"}[kind]
         return (kind, tuple(entries)), brackets[0] + ", ".join(words) + brackets[1]
     if callable(value) and not isinstance(value, torch.nn.Module):  # a function or class that picks a path
-        name = _name_of_callable(value)
-        return ("value", f"{getattr(value, '__module__', None) or ''}.{name}"), clip(name, 40)
+        where = f"{getattr(value, '__module__', None) or ''}.{_name_of_callable(value, '__qualname__')}"
+        return ("value", where), clip(_name_of_callable(value, "__name__"), 40)
     return ("type", f"{type(value).__module__}.{type(value).__qualname__}"), type(value).__name__
 
 
