@@ -239,14 +239,15 @@ def report_run(tmp_path_factory):
 
 def row(output, op, contains="", whole=False):
     """The table's rows for op: the first line of each (indented two spaces), or with whole, every line under the
-    op's name up to the next op's (a row's arguments or test id going on, indented four, and its notes)."""
+    op's name up to the next op's (a row's arguments or test id going on, indented four, its notes, and what was
+    left out, in parentheses)."""
     lines = output.split("= backward-check =", 1)[1].splitlines()
     start = lines.index(op)
     rows = []
     for line in lines[start + 1:]:
         if not line.startswith("  "):
             break
-        if whole or not line.startswith("   "):
+        if whole or not line.startswith(("   ", "  (")):
             rows.append(line)
     return [r for r in rows if contains in r]
 
