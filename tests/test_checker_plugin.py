@@ -506,3 +506,56 @@ def test_a_recorded_input_is_a_copy_laid_out_as_the_tests(make, requires_grad):
         assert restored.stride() == original.stride()
     assert restored.untyped_storage().data_ptr() != original.untyped_storage().data_ptr()
     assert copied.flat.numel() <= max(2 * original.numel(), original.untyped_storage().nbytes() // 4)
+
+
+class Affine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        return grad_output * w, grad_output * x
+
+
+def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
+    """A call that passes w frozen, then one that wants w's gradient: the check of the second is told that callers
+    freeze w (position 1), and never x, where check_backward takes frozen_by_callers; where it does not, the
+    keyword is left out."""
+    import backward_check
+    from backward_check import worker
+    from backward_check.recording import Recorder
+    offered = []
+
+    def keep(call, copy):
+        call.args, call.kwargs = copy()
+        offered.append(call)
+
+    recorder = Recorder(keep)
+    recorder.test = "test_affine"
+    x = torch.randn(3, 4, requires_grad=True)
+    recorder.consider(Affine, (x, torch.randn(3, 4)), {})
+    recorder.consider(Affine, (x, torch.randn(3, 4, requires_grad=True)), {})
+    assert recorder.problems == [] and len(offered) == 2
+    assert recorder.frozen == {f"{__name__}.Affine": {1}}
+    job = worker.job_of(offered[1], recorder.frozen[offered[1].name])
+    assert job.frozen_by_callers == (1,) and job.no_grad == ()
+    seen = {}
+
+    def check_backward(fn, sample, *, name=None, no_grad=(), frozen_by_callers=()):
+        seen.update(no_grad=no_grad, frozen_by_callers=frozen_by_callers)
+        raise backward_check.UsageError("seen")
+
+    monkeypatch.setattr(backward_check, "check_backward", check_backward)
+    verdict, _ = worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
+    assert verdict.summary == "not checked: seen" and seen == {"no_grad": (), "frozen_by_callers": (1,)}
+
+    def older_check_backward(fn, sample, *, name=None, no_grad=()):
+        seen.update(called_without_it=True)
+        raise backward_check.UsageError("seen")
+
+    monkeypatch.setattr(backward_check, "check_backward", older_check_backward)
+    worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
+    assert seen["called_without_it"]
