@@ -559,3 +559,15 @@ def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
     monkeypatch.setattr(backward_check, "check_backward", older_check_backward)
     worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
     assert seen["called_without_it"]
+
+
+def test_calls_past_the_memory_bound_are_left_out_and_counted(pytester):
+    """With no room for copies, nothing is copied, nothing is checked, and the table says why, op by op."""
+    write_suite(pytester.path, FAIL_SUITE)
+    result = run_in_process(pytester, "--backward-check", "--backward-check-memory", "0")
+    result.assert_outcomes(passed=2)
+    output = result.stdout.str()
+    for op in ("suite_ops.IgnoresGradOutput", "suite_ops.ScalesGradInPlace"):
+        assert row(output, op, whole=True) == ["  (1 more signature not checked: 1 dropped to hold the copies within "
+                                               "--backward-check-memory: 1 first call of the op)"], output
+    assert "0 calls of 0 ops checked" in output and "worker process started" not in output, output

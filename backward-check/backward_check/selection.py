@@ -27,7 +27,7 @@ import math
 
 FIRST, VALUE, DTYPE, SHAPE, COMBINATION = range(5)
 CHECKED_AFTER_ITS_TEST = (FIRST, VALUE)   # the other tiers wait for the session's end
-TIER_WORDS = {FIRST: "the op's first", VALUE: "with a new value", DTYPE: "with a new dtype",
+TIER_WORDS = {FIRST: "first call of the op", VALUE: "with a new value", DTYPE: "with a new dtype",
               SHAPE: "with a new rank, layout or requires-grad pattern", COMBINATION: "combinations of values checked"}
 # The kind of each feature (the first word of its name), and the tier a feature of that kind not yet checked
 # gives a call.
