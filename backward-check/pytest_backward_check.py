@@ -3,9 +3,9 @@
 While the suite's tests run, every call of a torch.autograd.Function's .apply, and of a torch.library custom op
 with a registered autograd, that gets an input which requires grad is recorded; each call with a new signature
 waits, with copies of its arguments, and is checked with check_backward against finite differences, in a worker
-process (backward_check/worker.py): after its test where it brings something the op's checks have not seen (a
-value of an argument, a dtype, a rank or layout), and at the session's end otherwise, best first, within a time
-budget relative to the suite's own time (backward_check/selection.py). The session ends with a table of what was
+process (backward_check/worker.py): after its test where it is the op's first or brings a value of an argument
+not yet checked, and at the session's end otherwise, the most revealing first, within a time budget relative to the
+suite's own time (backward_check/selection.py). The session ends with a table of what was
 found (backward_check/findings.py). Under pytest-xdist each worker checks its own tests' calls, and the controller
 prints one table (backward_check/xdist.py). Off unless asked:
 
@@ -39,8 +39,9 @@ def pytest_addoption(parser):
     group.addoption("--backward-check", dest="backward_check", nargs="?", const="report", default=None,
                     metavar="report|fail",
                     help="record each call of an autograd.Function or custom op whose input requires grad, check "
-                         "each new signature (after its test where it brings a new value, dtype, rank or layout, "
-                         "else at the session's end, within --backward-check-budget), and print a table at the end; "
+                         "each new signature (after its test where it is the op's first or brings a value not yet "
+                         "checked, else at the session's end; the most revealing first, within "
+                         "--backward-check-budget), and print a table at the end; "
                          "=fail also fails the test that made a call with a trap, or the run, for a trap found at "
                          "the end (default: report)")
     group.addoption("--backward-check-budget", dest="backward_check_budget", default="1", metavar="FACTOR|all",
