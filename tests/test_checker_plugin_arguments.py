@@ -6,15 +6,9 @@ without it; each call is recorded and shown; an argument a worker process cannot
 runs in a process forked for it. Where that cannot be, the check runs in the suite's process on the CPU, and is
 skipped where the suite's process holds a CUDA context: each with a note saying why.
 """
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
+from plugin_runs import row, run_pytest
 
 OPS = '''
 import enum
@@ -191,27 +185,12 @@ def suite(tmp_path_factory):
 
 
 def run_suite(folder, *options):
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
-                           "-q", *options, "test_arguments.py"], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=900)
-    return done.returncode, done.stdout + done.stderr
+    return run_pytest(folder, *options, "test_arguments.py")
 
 
 @pytest.fixture(scope="module")
 def report(suite):
     return run_suite(suite, "--backward-check")
-
-
-def lines_of(output, op):
-    lines = output.split("= backward-check =", 1)[1].splitlines()
-    start = lines.index(op)
-    kept = []
-    for line in lines[start + 1:]:
-        if not line.startswith("  "):
-            break
-        kept.append(line)
-    return kept
 
 
 def test_the_suite_passes_without_the_plugin(suite):
@@ -250,7 +229,7 @@ def test_each_argument_is_shown_in_its_row(report, op, words):
     from backward_check.findings import ARGUMENTS_WIDTH
     _, output = report
     arguments = []
-    for line in lines_of(output, op):
+    for line in row(output, op, whole=True):
         if line.startswith("    ("):  # a note
             continue
         cell = line[2:2 + ARGUMENTS_WIDTH].strip()
@@ -267,7 +246,7 @@ def test_the_checks_that_can_decide_are_clean(report):
     table = output.split("= backward-check =", 1)[1].split("calls of")[0]
     assert "TRAP" not in table and "FAULT" not in table, table
     for op in ("arg_ops.Reshapes", "arg_ops.Casts", "arg_ops.Slices"):
-        assert lines_of(output, op)[0].rstrip().endswith("clean"), lines_of(output, op)
+        assert row(output, op, whole=True)[0].rstrip().endswith("clean"), row(output, op, whole=True)
 
 
 @pytest.mark.parametrize("op, words, refused", [
@@ -279,7 +258,7 @@ def test_the_checks_that_can_decide_are_clean(report):
 ], ids=["odict_keys", "hostile", "lambda"])
 def test_an_argument_the_worker_cannot_be_sent_is_named_and_checked_in_a_forked_process(report, op, words, refused):
     _, output = report
-    lines = lines_of(output, op)
+    lines = row(output, op, whole=True)
     start = next(i for i, line in enumerate(lines) if words in line and not line.startswith("   "))
     note = next(line for line in lines[start + 1:] if line.startswith("    ("))
     assert note.startswith(f"    (checked in a process forked from the suite's: {refused}"), note

@@ -4,14 +4,10 @@ from them (an iterative solve from a random start) is judged on the same draws w
 the worker; and a check that finds a trap in an op that draws is run again with the next seed, a verdict that
 changes between the two being shown as unstable, with both, and failing no test.
 """
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-
-from test_checker_plugin import PACKAGE, row
+from plugin_runs import row, run_pytest
 
 OPS = '''
 import torch
@@ -79,11 +75,7 @@ def test_seed_parity():
 def run_suite(folder, *options):
     (folder / "seed_ops.py").write_text(OPS)
     (folder / "test_seeds.py").write_text(SUITE)
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
-                           "-q", "--backward-check=fail", *options, "test_seeds.py"], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=900)
-    return done.returncode, done.stdout + done.stderr
+    return run_pytest(folder, "--backward-check=fail", *options, "test_seeds.py")
 
 
 def noisy_failure(output):

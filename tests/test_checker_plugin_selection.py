@@ -9,14 +9,11 @@ count limit of 3 signatures it must still (a value not yet checked goes before a
 it left out, and why. The ranking itself, a budget that allows a few checks, and the memory bound are tested on
 the selection directly, with no process and no clock.
 """
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
+from plugin_runs import row, run_pytest
 
 LOSSES = '''
 import torch
@@ -80,25 +77,10 @@ def test_correctness(shape, dtype, reduction):
 
 
 def run_suite(folder, *options):
-    """The loss library's tests under the plugin, in a subprocess: (exit status, output)."""
+    """The loss library's tests under the plugin: (exit status, output)."""
     (folder / "losses.py").write_text(LOSSES)
     (folder / "test_losses.py").write_text(LOSS_TESTS)
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
-                           "-q", "--backward-check", *options, "test_losses.py"], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=600)
-    return done.returncode, done.stdout + done.stderr
-
-
-def rows_of(output, op):
-    lines = output.split("= backward-check =", 1)[1].splitlines()
-    start = lines.index(op)
-    rows = []
-    for line in lines[start + 1:]:
-        if not line.startswith("  "):
-            break
-        rows.append(line)
-    return rows
+    return run_pytest(folder, "--backward-check", *options, "test_losses.py")
 
 
 def test_the_order_of_the_calls_hides_the_bug_from_the_suite_itself(tmp_path):
@@ -118,7 +100,7 @@ def test_the_order_of_the_calls_hides_the_bug_from_the_suite_itself(tmp_path):
 def test_the_default_options_name_the_bug_in_none(tmp_path):
     code, output = run_suite(tmp_path)
     assert code == 0, output
-    rows = rows_of(output, "losses.CrossEntropy")
+    rows = row(output, "losses.CrossEntropy", whole=True)
     none = [r for r in rows if "'none'" in r]
     assert none and all("TRAP assumes a uniform grad_output" in r for r in none), rows
     assert not [r for r in rows if ("'sum'" in r or "'mean'" in r) and "TRAP" in r], rows
@@ -131,7 +113,7 @@ def test_a_value_not_yet_checked_goes_before_a_dtype(tmp_path):
     checks everything."""
     code, output = run_suite(tmp_path, "--backward-check-limit", "3")
     assert code == 0, output
-    rows = rows_of(output, "losses.CrossEntropy")
+    rows = row(output, "losses.CrossEntropy", whole=True)
     checked = [r for r in rows if "bfloat16" in r or "float32" in r]
     assert [("'sum'" in r, "'mean'" in r, "'none'" in r) for r in checked] == \
         [(True, False, False), (False, True, False), (False, False, True)], rows

@@ -5,13 +5,9 @@ the call on whichever worker ran it, and the run for a trap found at a worker's 
 every worker and written once, by the controller.
 """
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-
-from test_checker_plugin import PACKAGE, row, write_suite
+from plugin_runs import row, run_pytest, write_suite
 
 pytest.importorskip("xdist")
 
@@ -48,11 +44,7 @@ def test_float32_then_float64():  # the float64 call is a new dtype: checked at 
 
 
 def run_suite(folder, *options):
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
-                           "-q", "-n", "2", "--backward-check-budget=all", *options, "test_suite.py"], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=900)
-    return done.returncode, done.stdout + done.stderr
+    return run_pytest(folder, "-n", "2", "--backward-check-budget=all", *options, "test_suite.py")
 
 
 @pytest.fixture(scope="module")

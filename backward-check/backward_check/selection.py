@@ -131,12 +131,13 @@ class Selection:
         call.order, call.features = next(self._order), features(call.signature)
         if self.limit is not None and self.checked[call.name] >= self.limit:
             return self._leave_out(call, LIMIT)
-        rank = self._rank(call)
-        below = sorted((c for c in self.waiting if self._rank(c) > rank), key=self._rank, reverse=True)
-        if self.held_bytes - sum(c.nbytes for c in below) + call.nbytes > self.memory_bytes:
-            return self._leave_out(call, MEMORY)
-        while self.held_bytes + call.nbytes > self.memory_bytes:
-            self._drop(below.pop(0), MEMORY)
+        if self.held_bytes + call.nbytes > self.memory_bytes:  # ranked only then: thousands may be waiting
+            rank = self._rank(call)
+            below = sorted((c for c in self.waiting if self._rank(c) > rank), key=self._rank, reverse=True)
+            if self.held_bytes - sum(c.nbytes for c in below) + call.nbytes > self.memory_bytes:
+                return self._leave_out(call, MEMORY)
+            while self.held_bytes + call.nbytes > self.memory_bytes:
+                self._drop(below.pop(0), MEMORY)
         call.args, call.kwargs = copy()
         self.waiting.append(call)
         self.held_bytes += call.nbytes
