@@ -350,7 +350,7 @@ class BackwardCheckSession(Reporting):
         self.check_seconds += seconds
         self.selection.checked_here(call, seconds)
         accepted = tuple(t for t in verdict.traps if t in self.accepted.get(call.name, {}))
-        checked = Checked(call.name, call.described, call.test, verdict, accepted, when, self.worker_id)
+        checked = Checked(call.name, call.described, call.test, verdict, accepted, when, self.worker_id, call.key)
         self.findings.checked.append(checked)
         return checked
 
@@ -373,9 +373,9 @@ class BackwardCheckSession(Reporting):
         """What is left waiting is left out; the selection's and the worker's counts, into the findings."""
         findings, selection = self.findings, self.selection
         selection.give_up()
-        for op, counts in selection.left_out.items():
-            for (why, tier), count in counts.items():
-                findings.leave_out(op, why, tier, count)
+        for op, calls in selection.left_out.items():
+            for key, (why, tier) in calls.items():
+                findings.leave_out(op, key, why, tier)
         findings.problems += self.recorder.problems
         findings.worker_starts, findings.worker_start_seconds = self.worker.starts, self.worker.startup_seconds
         findings.faults = self.worker.restarts

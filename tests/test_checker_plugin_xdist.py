@@ -102,3 +102,26 @@ def test_under_dist_each_every_signature_is_checked_once_and_accept_writes_the_f
     assert sorted(written) == ["suite_ops.IgnoresGradOutput", "suite_ops.ScalesGradInPlace",
                                "suite_ops.WrongInFloat64"], written
     assert output.count("accepted file ") == 1, output
+
+
+def test_a_signature_one_worker_left_out_and_another_checked_is_not_counted_left_out():
+    """The controller's table counts a signature left out only where no worker checked it, and once however many
+    workers left it out."""
+    from backward_check.findings import Checked, Findings, table
+    from backward_check.selection import BUDGET, COMBINATION, ELSEWHERE, VALUE
+    from backward_check.worker import CLEAN, Verdict
+    from pytest_backward_check import Options
+    first, second = Findings(), Findings()
+    first.checked.append(Checked("op", "float32 1-d", "t", Verdict(CLEAN, "clean"), (), worker="gw0", key="x"))
+    first.leave_out("op", "y", BUDGET, COMBINATION)
+    second.leave_out("op", "x", BUDGET, VALUE)     # checked by gw0
+    second.leave_out("op", "y", BUDGET, COMBINATION)
+    second.leave_out("op", "z", ELSEWHERE, VALUE)
+    merged = Findings()
+    merged.merge(first)
+    merged.merge(second)
+    options = Options("report", 1.0, None, None, 600.0, None, False, ())
+    lines, _ = table(merged, {}, options)
+    assert "  (1 more signature not checked: 1 past the time budget (--backward-check-budget=all checks them): " \
+           "1 combining values already checked)" in lines, lines
+    assert "  (1 signature checked by another pytest-xdist worker, shown in its row)" in lines, lines

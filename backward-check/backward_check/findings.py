@@ -6,8 +6,10 @@ checked is a row that starts on a line indented two spaces, in four columns: the
 made the call, the seconds the check took, and the verdict ('clean', 'TRAP a; b' with '(accepted)' after each
 accepted trap, 'UNSTABLE: ...', 'undecided ...', 'not checked: ...', 'FAULT ...'). An argument list or a test id
 too long for its column goes on in the same column on the lines after, indented four spaces or more; a note on
-how the row was checked follows on one line, in parentheses, indented four. After the rows, '  (N more signatures not checked:
-...)' says what was left out of the op and why. The table ends with a line 'N calls of M ops checked ...'.
+how the row was checked follows on one line, in parentheses, indented four. After the rows, '  (N more signatures
+not checked: ...)' says what was left out of the op and why, and '  (N signatures checked by another pytest-xdist
+worker ...)' what another worker checked. The table ends with a line 'N calls of M ops checked ...', then one on
+what the plugin's time was beside the tests'.
 """
 import collections
 import dataclasses
@@ -30,6 +32,7 @@ class Checked:
     accepted: tuple     # the traps found that the accepted file lists for the op
     when: str = AFTER_ITS_TEST
     worker: str = ""    # the pytest-xdist worker that checked it ("" without xdist)
+    key: str = ""       # its signature's (recording.RecordedCall.key)
 
     @property
     def failing(self):
@@ -56,8 +59,9 @@ class Checked:
 
 @dataclasses.dataclass
 class Findings:
-    """Everything a run found: each call checked, what was left out of each op and why ({op: {"why|tier":
-    count}}), the calls that could not be recorded, and what the checks cost."""
+    """Everything a run found: each call checked, the signatures left out of each op and why ({op: {signature key:
+    [why, tier]}}; under pytest-xdist, one another worker checked is not left out), the calls that could not be
+    recorded, and what the checks cost."""
     checked: list = dataclasses.field(default_factory=list)
     left_out: dict = dataclasses.field(default_factory=dict)
     problems: list = dataclasses.field(default_factory=list)
@@ -69,10 +73,8 @@ class Findings:
     budget_seconds: float = 0.0     # what the budget allowed it (inf: no budget)
     processes: int = 1              # pytest-xdist's workers merged in (1 without xdist)
 
-    def leave_out(self, op, why, tier, count=1):
-        counts = self.left_out.setdefault(op, {})
-        key = f"{why}|{tier}"
-        counts[key] = counts.get(key, 0) + count
+    def leave_out(self, op, key, why, tier):
+        self.left_out.setdefault(op, {}).setdefault(key, [why, tier])
 
     def as_dict(self):
         return {**dataclasses.asdict(self), "checked": [c.as_dict() for c in self.checked]}
@@ -84,10 +86,9 @@ class Findings:
     def merge(self, other):
         """Another worker's findings, added to these."""
         self.checked += other.checked
-        for op, counts in other.left_out.items():
-            for key, count in counts.items():
-                why, tier = key.split("|")
-                self.leave_out(op, why, int(tier), count)
+        for op, calls in other.left_out.items():
+            for key, (why, tier) in calls.items():
+                self.leave_out(op, key, why, tier)
         self.problems += other.problems
         for name in ("worker_starts", "worker_start_seconds", "faults", "suite_seconds", "plugin_seconds",
                      "budget_seconds"):
@@ -140,12 +141,13 @@ def row_lines(arguments, test, seconds, verdict):
     return lines
 
 
-def left_out_line(counts, options):
-    """'(N more signatures not checked: ...)' for an op's calls left out ({"why|tier": count})."""
-    by_why = collections.defaultdict(dict)
-    for key, count in counts.items():
-        why, tier = key.split("|")
-        by_why[why][int(tier)] = by_why[why].get(int(tier), 0) + count
+def left_out_line(left_out, checked, options):
+    """'(N more signatures not checked: ...)' for an op's signatures left out ({key: [why, tier]}), less those
+    checked after all (by another pytest-xdist worker: checked, the keys of the op's rows)."""
+    by_why = collections.defaultdict(collections.Counter)
+    for key, (why, tier) in left_out.items():
+        if key not in checked or why == ELSEWHERE:
+            by_why[why][tier] += 1
     total = sum(sum(tiers.values()) for why, tiers in by_why.items() if why != ELSEWHERE)
     parts = []
     for why, words in ((BUDGET, f"past the time budget ({EVERYTHING} checks them)"),
@@ -185,7 +187,7 @@ def table(findings, accepted, options):
             twin = seen.setdefault((op, c.arguments), c)
             if twin is not c:
                 lines.append(f"    (checked twice: by {twin.worker or 'one process'} and {c.worker or 'another'})")
-        lines += left_out_line(findings.left_out.get(op, {}), options)
+        lines += left_out_line(findings.left_out.get(op, {}), {c.key for c in rows}, options)
         found = {t for c in rows for t in c.verdict.traps}
         gone = [t for t in accepted.get(op, {}) if t not in found]
         if gone and rows and not options.accepting:

@@ -11,6 +11,7 @@ Whatever the arguments are, recording never raises into the test: a call it cann
 import collections
 import dataclasses
 import enum
+import hashlib
 import math
 import numbers
 import sys
@@ -275,6 +276,11 @@ class RecordedCall:
     kwargs: dict = None
     order: int = 0           # the selection's: its place in the order calls were made,
     features: frozenset = frozenset()   # and what its signature shows (selection.features)
+
+    @property
+    def key(self):
+        """The signature's name: the same in every process (pytest-xdist's workers tell theirs apart by it)."""
+        return hashlib.sha1(f"{self.name}\0{self.signature!r}".encode()).hexdigest()
 
     @property
     def places(self):

@@ -28,7 +28,8 @@ import math
 FIRST, VALUE, DTYPE, SHAPE, COMBINATION = range(5)
 CHECKED_AFTER_ITS_TEST = (FIRST, VALUE)   # the other tiers wait for the session's end
 TIER_WORDS = {FIRST: "first call of the op", VALUE: "with a new value", DTYPE: "with a new dtype",
-              SHAPE: "with a new rank, layout or requires-grad pattern", COMBINATION: "combinations of values checked"}
+              SHAPE: "with a new rank, layout or requires-grad pattern",
+              COMBINATION: "combining values already checked"}
 # The kind of each feature (the first word of its name), and the tier a feature of that kind not yet checked
 # gives a call.
 TIER_OF_KIND = {"value": VALUE, "dtype": DTYPE, "shape": SHAPE}
@@ -107,7 +108,7 @@ class Selection:
         self.covered = {}                         # op name: the features of its calls checked
         self.checked = collections.Counter()      # op name: calls checked in this process
         self.check_seconds = {}                   # op name: [seconds of each check here]
-        self.left_out = {}                        # op name: Counter({(why, tier): calls})
+        self.left_out = {}                        # op name: {signature key: (why, its tier then)}
         self._order = itertools.count()
 
     # -- ranking ----------------------------------------------------------------------------------
@@ -143,8 +144,7 @@ class Selection:
         self.held_bytes += call.nbytes
 
     def _leave_out(self, call, why):
-        counts = self.left_out.setdefault(call.name, collections.Counter())
-        counts[why, self.tier(call)] += 1
+        self.left_out.setdefault(call.name, {})[call.key] = why, self.tier(call)
 
     def _drop(self, call, why):
         self.waiting.remove(call)

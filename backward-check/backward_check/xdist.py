@@ -6,7 +6,6 @@ exists): so a signature is checked once across workers. The file holds what the 
 each worker ranks its own calls against what every worker has checked.
 """
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -44,14 +43,10 @@ class Claims:
         self.folder, self.worker = folder, worker
         self.read = set()   # the claims already read (this worker's own among them)
 
-    @staticmethod
-    def key(call):
-        return hashlib.sha1(f"{call.name}\0{call.signature!r}".encode()).hexdigest()
-
     def claim(self, call):
         """True where this worker is the first to claim the call's signature (it checks it), False where another
         worker did."""
-        name = self.key(call)
+        name = call.key
         self.read.add(name)
         handle, written = tempfile.mkstemp(prefix=f".{self.worker}-", dir=self.folder)
         try:
