@@ -8,6 +8,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
 
+
+def suite_holds_cuda():
+    """Whether a suite's process under the plugin holds a CUDA context: the package, which the plugin imports,
+    picks the GPU where there is one. A check the worker cannot take then runs in no forked process."""
+    from backward_check import DEVICE
+    return DEVICE.type == "cuda"
+
 # The ops the generated suites call: module-level, so a worker process imports them by name.
 OPS = '''
 import resource

@@ -9,6 +9,7 @@ count limit of 3 signatures it must still (a value not yet checked goes before a
 it left out, and why. The ranking itself, a budget that allows a few checks, and the memory bound are tested on
 the selection directly, with no process and no clock.
 """
+import re
 import subprocess
 import sys
 
@@ -104,7 +105,10 @@ def test_the_default_options_name_the_bug_in_none(tmp_path):
     none = [r for r in rows if "'none'" in r]
     assert none and all("TRAP assumes a uniform grad_output" in r for r in none), rows
     assert not [r for r in rows if ("'sum'" in r or "'mean'" in r) and "TRAP" in r], rows
-    assert len([r for r in rows if r.startswith("  ") and not r.startswith("   ") and "(" not in r[:3]]) == 6, rows
+    # every signature is checked, or counted left out (on a slow machine the budget's floor may not hold six)
+    checked = [r for r in rows if r.startswith("  ") and not r.startswith(("   ", "  ("))]
+    left_out = re.search(r"^  \((\d+) more signatures? not checked: ", "\n".join(rows), re.M)
+    assert len(checked) + (int(left_out[1]) if left_out else 0) == 6, rows
 
 
 def test_a_value_not_yet_checked_goes_before_a_dtype(tmp_path):
