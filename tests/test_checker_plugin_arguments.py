@@ -192,7 +192,7 @@ def run_suite(folder, *options):
 
 @pytest.fixture(scope="module")
 def report(suite):
-    return run_suite(suite, "--backward-check")
+    return run_suite(suite, "--backward-check", "--backward-check-budget=all")
 
 
 def test_the_suite_passes_without_the_plugin(suite):

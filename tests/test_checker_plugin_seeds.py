@@ -75,7 +75,7 @@ def test_seed_parity():
 def run_suite(folder, *options):
     (folder / "seed_ops.py").write_text(OPS)
     (folder / "test_seeds.py").write_text(SUITE)
-    return run_pytest(folder, "--backward-check=fail", *options, "test_seeds.py")
+    return run_pytest(folder, "--backward-check=fail", "--backward-check-budget=all", *options, "test_seeds.py")
 
 
 def noisy_failure(output):
