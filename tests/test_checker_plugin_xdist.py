@@ -125,3 +125,14 @@ def test_a_signature_one_worker_left_out_and_another_checked_is_not_counted_left
     assert "  (1 more signature not checked: 1 past the time budget (--backward-check-budget=all checks them): " \
            "1 combining values already checked)" in lines, lines
     assert "  (1 signature checked by another pytest-xdist worker, shown in its row)" in lines, lines
+
+
+def test_a_worker_without_the_shared_folder_checks_its_calls_itself(tmp_path):
+    """A worker on another machine does not see the controller's folder: it claims every signature for itself
+    (the table then shows a signature checked on two machines twice, and says so)."""
+    import torch
+    from backward_check.recording import RecordedCall, signature_of
+    from backward_check.xdist import Claims
+    signature, described = signature_of((torch.zeros(3, requires_grad=True),), {}, {})
+    claims = Claims(str(tmp_path / "not-here"), "gw0")
+    assert claims.claim(RecordedCall(None, "op", signature, described, (), "t", 0)) and claims.others() == []

@@ -48,7 +48,10 @@ class Claims:
         worker did."""
         name = call.key
         self.read.add(name)
-        handle, written = tempfile.mkstemp(prefix=f".{self.worker}-", dir=self.folder)
+        try:
+            handle, written = tempfile.mkstemp(prefix=f".{self.worker}-", dir=self.folder)
+        except OSError:  # no shared folder (a worker on another machine): checked here, and maybe elsewhere too
+            return True
         try:
             with os.fdopen(handle, "w") as file:
                 json.dump({"op": call.name, "features": sorted(call.features), "worker": self.worker}, file)
@@ -63,6 +66,8 @@ class Claims:
     def others(self):
         """[(op name, features)] of the signatures other workers have claimed since this was last called."""
         found = []
+        if not os.path.isdir(self.folder):
+            return found
         for entry in os.scandir(self.folder):
             if entry.name.startswith(".") or entry.name in self.read:
                 continue
