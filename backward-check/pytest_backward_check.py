@@ -1,15 +1,19 @@
 """pytest --backward-check: the checker inside a library's own test suite, with no new test code.
 
 While the suite's tests run, every call of a torch.autograd.Function's .apply, and of a torch.library custom op
-with a registered autograd, that gets an input which requires grad is recorded (copies of its arguments, made
-before the forward runs); after each test, each new signature of each op (up to --backward-check-limit per op)
-is checked with check_backward against finite differences, in a worker process (backward_check/worker.py), and the
-session ends with a table of what was found. Off unless asked:
+with a registered autograd, that gets an input which requires grad is recorded; each call with a new signature
+waits, with copies of its arguments, and is checked with check_backward against finite differences, in a worker
+process (backward_check/worker.py): after its test where it is the op's first or brings a value of an argument
+not yet checked, and at the session's end otherwise, the most revealing first, within a time budget relative to the
+suite's own time (backward_check/selection.py). The session ends with a table of what was
+found (backward_check/findings.py). Under pytest-xdist each worker checks its own tests' calls, and the controller
+prints one table (backward_check/xdist.py). Off unless asked:
 
     pytest --backward-check                  # report: a table at the end, no test fails for it
     pytest --backward-check=fail             # a trap fails the test that made the call
+    pytest --backward-check --backward-check-budget=all                     # every signature, however long
     pytest --backward-check=fail --backward-check-accepted accepted.json   # traps known and kept, by op
-    pytest --backward-check --backward-check-accepted accepted.json --backward-check-accept   # rewrite it
+    pytest --backward-check --backward-check-accepted accepted.json --backward-check-accept   # write it
 
 Installed with the package (a pytest11 entry point); in a checkout, with backward-check/ on PYTHONPATH:
 `pytest -p pytest_backward_check`. pytest imports this module in every run where the package is installed, so it
@@ -17,7 +21,6 @@ is a module of its own, outside the package: it imports neither torch nor backwa
 (the package chooses, as it is imported, the GPU or Triton's interpreter, and the suite may not want either yet).
 """
 import dataclasses
-import difflib
 import json
 import os
 import time
@@ -27,6 +30,7 @@ import pytest
 
 MODES = ("report", "fail")
 SPELLINGS_OF_ON = ("1", "true", "yes", "y", "on")
+EVERYTHING = "all"
 
 
 def pytest_addoption(parser):
@@ -34,17 +38,34 @@ def pytest_addoption(parser):
                                               "custom op the tests call")
     group.addoption("--backward-check", dest="backward_check", nargs="?", const="report", default=None,
                     metavar="report|fail",
-                    help="record each call of an autograd.Function or custom op whose input requires grad, check each "
-                         "new signature after its test, and print a table at the end; =fail also fails the test that "
-                         "made a call with a trap (default: report)")
-    group.addoption("--backward-check-limit", dest="backward_check_limit", type=int, default=2, metavar="N",
-                    help="signatures (dtypes, ranks, layouts) checked per op (default: 2)")
+                    help="record each call of an autograd.Function or custom op whose input requires grad, check "
+                         "each new signature (after its test where it is the op's first or brings a value not yet "
+                         "checked, else at the session's end; the most revealing first, within "
+                         "--backward-check-budget), and print a table at the end; "
+                         "=fail also fails the test that made a call with a trap, or the run, for a trap found at "
+                         "the end (default: report)")
+    group.addoption("--backward-check-budget", dest="backward_check_budget", default="1", metavar="FACTOR|all",
+                    help="the plugin's time (its copies, its worker's start, its checks) as a multiple of the tests' "
+                         "own time so far, and at least 60 s; signatures past it are left out, the most revealing "
+                         "checked first (default: 1, so the run takes about twice the suite's time); all: check "
+                         "every signature")
+    group.addoption("--backward-check-limit", dest="backward_check_limit", type=int, default=None, metavar="N",
+                    help="check at most N signatures per op (default: no limit, only the budget)")
+    group.addoption("--backward-check-memory", dest="backward_check_memory", type=float, default=None,
+                    metavar="MIB", help="MiB of copies of arguments held for checks not yet run; past it the copies "
+                                        "of the least revealing calls are dropped (default: 2048, shared among "
+                                        "pytest-xdist's workers)")
     group.addoption("--backward-check-accepted", dest="backward_check_accepted", default=None, metavar="PATH",
-                    help='a JSON file of traps known and kept, by op: {"mylib::gelu": ["trap name", ...]}; they are '
-                         "shown, and fail no test")
+                    help='a JSON file of traps known and kept, by op, each with its reason: {"mylib::gelu": '
+                         '{"trap name": "why it is by design"}} (or a list of trap names an op); they are shown, '
+                         "and fail nothing")
     group.addoption("--backward-check-accept", dest="backward_check_accept", action="store_true",
-                    help="rewrite the --backward-check-accepted file from this run's findings (or set "
-                         "BACKWARD_CHECK_ACCEPT=1); turns --backward-check on")
+                    help="write every trap this run found into the --backward-check-accepted file (or set "
+                         "BACKWARD_CHECK_ACCEPT=1), each with a reason to fill in; turns --backward-check on")
+    group.addoption("--backward-check-accept-only", dest="backward_check_accept_only", action="append", default=[],
+                    metavar="OP=TRAP", help="write only this op's trap (or, written OP alone, its every trap) into "
+                                            "the --backward-check-accepted file, where this run found it; may be "
+                                            "given again; turns --backward-check on")
     group.addoption("--backward-check-timeout", dest="backward_check_timeout", type=float, default=600.0,
                     metavar="SECONDS", help="seconds one op's check may take before it counts as hung (default: 600)")
 
@@ -66,132 +87,207 @@ def pytest_load_initial_conftests(early_config, parser, args):
 @dataclasses.dataclass(frozen=True)
 class Options:
     mode: str             # "report" or "fail"
-    limit: int
+    budget: float         # the plugin's time as a multiple of the tests'; None: no budget
+    limit: int            # signatures checked per op; None: no limit
+    memory_mib: float     # copies held, across pytest-xdist's workers
     timeout: float
     accepted_path: Path   # None: no accepted file
-    accepting: bool       # rewrite the accepted file from this run's findings
+    accepting: bool       # write the accepted file from this run's findings
+    accept_only: tuple    # [(op, trap or None)]: only these (empty: every trap found)
 
 
 def options_of(config):
     """The plugin's options, checked (None where the plugin is off); pytest.UsageError names what is wrong."""
     option = config.option
     mode = option.backward_check
-    accepting = option.backward_check_accept
+    accepting = option.backward_check_accept or bool(option.backward_check_accept_only)
     if mode is None and not accepting:
         return None
     mode = mode or "report"
     if mode not in MODES:
         raise pytest.UsageError(f"--backward-check takes report or fail (written --backward-check=fail), not {mode!r}")
     accepting = accepting or os.environ.get("BACKWARD_CHECK_ACCEPT", "").lower() in SPELLINGS_OF_ON
-    if option.backward_check_limit < 1:
+    budget = option.backward_check_budget.strip().lower()
+    try:
+        budget = None if budget == EVERYTHING else float(budget.removesuffix("x"))
+    except ValueError:
+        budget = -1.0
+    if budget is not None and not budget > 0:
+        raise pytest.UsageError(f"--backward-check-budget takes a multiple of the tests' own time, more than 0 (1: "
+                                f"the plugin takes as long as the tests), or all, not "
+                                f"{option.backward_check_budget!r}")
+    if option.backward_check_limit is not None and option.backward_check_limit < 1:
         raise pytest.UsageError(f"--backward-check-limit takes a number of signatures per op, 1 or more, not "
                                 f"{option.backward_check_limit}")
+    memory = option.backward_check_memory
+    if memory is not None and not memory >= 0:
+        raise pytest.UsageError(f"--backward-check-memory takes MiB, 0 or more, not {memory:g}")
     if not option.backward_check_timeout > 0:
         raise pytest.UsageError(f"--backward-check-timeout takes seconds, more than 0, not "
                                 f"{option.backward_check_timeout:g}")
     path = option.backward_check_accepted
     if accepting and path is None:
-        raise pytest.UsageError("--backward-check-accept (or BACKWARD_CHECK_ACCEPT=1) rewrites the file that "
+        raise pytest.UsageError("--backward-check-accept (or BACKWARD_CHECK_ACCEPT=1) writes the file that "
                                 "--backward-check-accepted names: name one, e.g. --backward-check-accepted "
                                 "backward_check_accepted.json")
     path = None if path is None else Path(path)
     if path is not None and not path.is_absolute():
         path = Path(config.invocation_params.dir) / path
-    return Options(mode, option.backward_check_limit, option.backward_check_timeout, path, accepting)
+    return Options(mode, budget, option.backward_check_limit, memory, option.backward_check_timeout, path,
+                   accepting, tuple(option.backward_check_accept_only))
 
 
-def read_accepted(path, accepting):
-    """{op name: [trap names]} from the accepted file; a missing file is empty where this run will write it."""
-    from backward_check.report import TRAPS
-    if path is None:
-        return {}
+def read_accepted(options):
+    """{op: {trap: reason}} from the accepted file (a missing one is empty where this run will write it), and the
+    pairs --backward-check-accept-only names; a pytest.UsageError says what is wrong with either."""
+    from backward_check.accepted import AcceptedFileError, parse, parse_named
+    try:
+        named = parse_named(options.accept_only)
+    except AcceptedFileError as error:
+        raise pytest.UsageError(f"--backward-check-accept-only {error}") from None
+    path = options.accepted_path
+    if path is None or (not path.exists() and options.accepting):
+        return {}, named
     if not path.exists():
-        if accepting:
-            return {}
         raise pytest.UsageError(f"--backward-check-accepted {path}: no such file (--backward-check-accept writes it)")
     try:
-        accepted = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError) as error:
-        raise pytest.UsageError(f"--backward-check-accepted {path}: cannot read it as JSON ({error})") from None
-    shape = 'an object of op names, each with a list of trap names: {"mylib::gelu": ["ignores grad_output"]}'
-    if not isinstance(accepted, dict):
-        raise pytest.UsageError(f"--backward-check-accepted {path}: expected {shape}")
-    for op, traps in accepted.items():
-        if not isinstance(traps, list) or not all(isinstance(t, str) for t in traps):
-            raise pytest.UsageError(f"--backward-check-accepted {path}: {op!r} holds {traps!r}; expected {shape}")
-        unknown = [t for t in traps if t not in TRAPS]
-        if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, list(TRAPS), n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise pytest.UsageError(f"--backward-check-accepted {path}: {op!r} lists {', '.join(hints)}, which the "
-                                    f"checker has no trap of; its traps are " + ", ".join(map(repr, TRAPS)))
-    return accepted
+        return parse(path.read_text(), str(path)), named
+    except (OSError, AcceptedFileError) as error:
+        raise pytest.UsageError(f"--backward-check-accepted {path}: " + str(error).removeprefix(f"{path}: ")) \
+            from None
 
 
 def pytest_configure(config):
     options = options_of(config)
     if options is None:
         return
-    session = BackwardCheckSession(options, read_accepted(options.accepted_path, options.accepting))
-    config.pluginmanager.register(session, BackwardCheckSession.NAME)
-    session.start()
+    accepted, named = read_accepted(options)
+    from backward_check.xdist import is_controller
+    session_class = XdistController if is_controller(config) else BackwardCheckSession
+    config.pluginmanager.register(session_class(options, accepted, named, config), NAME)
 
 
 def pytest_unconfigure(config):
-    session = config.pluginmanager.get_plugin(BackwardCheckSession.NAME)
+    session = config.pluginmanager.get_plugin(NAME)
     if session is not None:
         session.stop()
         config.pluginmanager.unregister(session)
 
 
-@dataclasses.dataclass
-class Checked:
-    """One recorded call, and what checking it found."""
-    op: str
-    arguments: str      # its signature, in words
-    test: str           # the nodeid of the test that first made a call with that signature
-    verdict: object     # worker.Verdict
-    accepted: tuple     # the traps found that the accepted file lists for the op
-
-    @property
-    def failing(self):
-        return tuple(t for t in self.verdict.traps if t not in self.accepted)
-
-    @property
-    def shown(self):
-        """The verdict for the table, each accepted trap marked."""
-        from backward_check.worker import FAULT, TRAPS
-        if self.verdict.status == TRAPS:
-            return "TRAP " + "; ".join(t + (" (accepted)" if t in self.accepted else "") for t in self.verdict.traps)
-        if self.verdict.status == FAULT and self.accepted:
-            return self.verdict.summary + " (accepted)"
-        return self.verdict.summary
+NAME = "backward-check-session"
 
 
-class BackwardCheckSession:
-    """The plugin while it is on: the recorder's patches, the worker, and every verdict of the session."""
-    NAME = "backward-check-session"
+class Reporting:
+    """What the plugin does at the session's end, where the tests ran (or, under pytest-xdist, in the controller,
+    with every worker's findings merged): the accepted file written, the run failed for a trap found at the end
+    under =fail, and the table."""
 
-    def __init__(self, options, accepted):
+    def __init__(self, options, accepted, named, config):
+        from backward_check.findings import Findings
+        self.options, self.accepted, self.named, self.config = options, accepted, named, config
+        self.findings = Findings()
+        self.rewritten = None   # a line on the accepted file, once this run wrote it
+
+    def stop(self):
+        pass
+
+    def pytest_sessionfinish(self, session):
+        if self.options.accepting:
+            self.rewrite_accepted()
+        elif self.options.mode == "fail" and self.findings.failing_at_the_end() and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def rewrite_accepted(self):
+        from backward_check.accepted import dumped, rewritten, without_reason
+        from backward_check.worker import NOT_CHECKED, UNSTABLE
+        decided = [c for c in self.findings.checked if c.verdict.status not in (NOT_CHECKED, UNSTABLE)]
+        found = {}
+        for c in decided:
+            found.setdefault(c.op, [])
+            found[c.op] += [t for t in c.verdict.traps if t not in found[c.op]]
+        accepted, missing = rewritten(self.accepted, found, set(found), self.named or None)
+        path = self.options.accepted_path
+        try:
+            path.write_text(dumped(accepted))
+        except OSError as error:
+            self.rewritten = [f"accepted file {path}: could not be written: {error}"]
+            return
+        wanted = without_reason(accepted)
+        self.rewritten = [f"accepted file {path}: written, {len(accepted)} op(s) listed"
+                          + (f"; {len(wanted)} trap(s) still want the reason they are by design: write it in "
+                             f"the file" if wanted else "")]
+        self.rewritten += [f"not written, since this run did not find it: {op}" + (f"={trap}" if trap else "")
+                           for op, trap in missing]
+
+    def pytest_terminal_summary(self, terminalreporter):
+        from backward_check.accepted import without_reason
+        from backward_check.findings import table
+        write = terminalreporter.write_line
+        terminalreporter.write_sep("=", "backward-check")
+        lines, sections = table(self.findings, self.accepted, self.options)
+        for line in lines:
+            write(line)
+        for line in self.rewritten or ():
+            write(line)
+        wanted = without_reason(self.accepted) if not self.options.accepting else []
+        if wanted:
+            write(f"accepted without a reason ({self.options.accepted_path}): "
+                  + ", ".join(f"{op}: {trap}" for op, trap in wanted))
+        at_the_end = self.findings.failing_at_the_end() if self.options.mode == "fail" and \
+            not self.options.accepting else []
+        for c in at_the_end:
+            write(f"FAILED the run: a trap found at the session's end, in the call {c.test} made: {c.op} "
+                  f"({c.arguments}): {', '.join(c.failing)}")
+        if at_the_end:
+            write(accept_hint([(c.op, c.failing) for c in at_the_end], self.options))
+        for title, report in sections:
+            terminalreporter.write_sep("-", title)
+            for line in report:
+                write(line)
+
+
+class BackwardCheckSession(Reporting):
+    """The plugin where the tests run (a plain run, or one pytest-xdist worker): the recorder's patches, the
+    selection of what to check, the worker process, and every verdict."""
+
+    def __init__(self, options, accepted, named, config):
+        super().__init__(options, accepted, named, config)
         from backward_check.recording import Recorder
+        from backward_check.selection import MEMORY_MIB, Budget, Selection
         from backward_check.worker import Worker
-        self.options, self.accepted = options, accepted
-        self.recorder = Recorder(options.limit)
+        from backward_check.xdist import Claims, worker_of
+        xdist = worker_of(config)
+        self.worker_id, workers, folder = xdist or ("", 1, None)
+        self.claims = Claims(folder, self.worker_id) if folder else None
+        memory_mib = MEMORY_MIB if options.memory_mib is None else options.memory_mib
+        self.budget = Budget(options.budget)
+        self.selection = Selection(self.budget, memory_mib * 2 ** 20 / workers, options.limit,
+                                   self.claims.others if self.claims else None)
+        self.recorder = Recorder(self.selection.offer)
         self.worker = Worker(options.timeout)
-        self.checked = []
-        self.rewritten = None   # (path, ops listed), once --backward-check-accept rewrote the file
-
-    def start(self):
+        self.check_seconds = 0.0
         self.recorder.install()
 
     def stop(self):
         self.recorder.uninstall()
-        self.recorder.take_pending()
         self.worker.stop()
 
-    # -- after each test --------------------------------------------------------------------------------
+    def plugin_seconds(self):
+        """The plugin's own time so far: its copies (the recorder's) and its checks."""
+        return self.recorder.seconds + self.check_seconds
+
+    # -- each test --------------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item):
+        """The test's own time, for the budget; in report mode, the checks after it, outside its protocol (so no
+        timeout of the test's counts them)."""
+        start, plugin_before = time.perf_counter(), self.plugin_seconds()
+        result = yield
+        self.budget.suite_seconds += time.perf_counter() - start - (self.plugin_seconds() - plugin_before)
+        if self.options.mode == "report":
+            self.check_after(item.nodeid)
+        return result
 
     # trylast: innermost, inside pytest's output capture, so whatever a check prints is the test's output
     @pytest.hookimpl(wrapper=True, trylast=True)
@@ -201,117 +297,143 @@ class BackwardCheckSession:
         try:
             result = yield
         except (KeyboardInterrupt, pytest.exit.Exception):
-            self.recorder.test = None
-            self.recorder.take_pending()
             raise
         except BaseException:
             self.recorder.test = None
-            self.check_pending()  # reported in the table; the test's own failure stands
+            if self.options.mode == "fail":
+                self.check_after(item.nodeid)  # reported in the table; the test's own failure stands
             raise
-        self.recorder.test = None
-        failing = [c for c in self.check_pending() if c.failing]
-        if failing and self.options.mode == "fail" and not self.options.accepting:
-            raise AssertionError("\n\n".join(failure_message(c, self.options) for c in failing))
+        finally:
+            self.recorder.test = None
+        if self.options.mode == "fail":
+            failing = [c for c in self.check_after(item.nodeid) if c.failing]
+            if failing and not self.options.accepting:
+                raise AssertionError("\n\n".join(failure_message(c, self.options) for c in failing))
         return result
 
-    def check_pending(self):
-        """Checks every call the test recorded with a new signature; the Checked entries, in order."""
-        from backward_check.calling import clip
-        from backward_check.worker import NOT_CHECKED, Verdict, check_here
-        done, pending = [], self.recorder.take_pending()
-        while pending:
-            call = pending.pop(0)  # its copies of the test's arguments are freed once it is checked
-            try:
-                verdict, why_here = self.worker.check(call)
-                if verdict is None:
-                    verdict = check_here(call, why_here, self.recorder)
-            except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
-                verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
-                                               f"{clip(error, 120)}); please report it")
-            accepted = tuple(t for t in verdict.traps if t in self.accepted.get(call.name, ()))
-            done.append(Checked(call.name, call.described, call.test, verdict, accepted))
-        self.checked += done
+    def check_after(self, test):
+        """Checks the test's calls that bring something new, best first, while the budget lasts; the Checked
+        entries. Never raises: the plugin's own failure is a line in the table."""
+        from backward_check.findings import AFTER_ITS_TEST
+        return self._check_while(lambda: self.selection.next_call(test), AFTER_ITS_TEST)
+
+    def _check_while(self, next_call, when):
+        done = []
+        try:
+            self.budget.spent = self.plugin_seconds()
+            while (call := next_call()) is not None:
+                checked = self.check(call, when)
+                if checked is not None:
+                    done.append(checked)
+                self.budget.spent = self.plugin_seconds()
+        except Exception as error:  # noqa: BLE001  (the plugin's own failure: never the test's)
+            self.findings.problems.append(f"backward-check itself failed while choosing what to check "
+                                          f"({type(error).__name__}: {error}); please report it")
         return done
 
-    # -- at the end -----------------------------------------------------------------------------------
+    def check(self, call, when):
+        """One call checked where it is safe to (the Checked entry), or None where another worker claimed it."""
+        from backward_check.calling import clip
+        from backward_check.findings import Checked
+        from backward_check.worker import NOT_CHECKED, Verdict, check_protected, job_of
+        if self.claims is not None and not self.claims.claim(call):
+            self.selection.checked_elsewhere(call)
+            return None
+        start = time.perf_counter()
+        try:
+            job = job_of(call, self.recorder.frozen.get(call.name, ()))
+            verdict = check_protected(self.worker, call, job, self.recorder)
+        except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
+            verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
+                                           f"{clip(error, 120)}); please report it")
+        seconds = time.perf_counter() - start
+        self.check_seconds += seconds
+        self.selection.checked_here(call, seconds)
+        accepted = tuple(t for t in verdict.traps if t in self.accepted.get(call.name, {}))
+        checked = Checked(call.name, call.described, call.test, verdict, accepted, when, self.worker_id, call.key)
+        self.findings.checked.append(checked)
+        return checked
+
+    # -- the session's end --------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session):
+        """After the last test: the calls still waiting, best first, while the budget lasts."""
+        from backward_check.findings import AT_THE_END
+        try:
+            result = yield
+        except BaseException:  # interrupted: no more checks
+            self.close_findings()
+            raise
+        self._check_while(self.selection.next_call, AT_THE_END)
+        self.close_findings()
+        return result
+
+    def close_findings(self):
+        """What is left waiting is left out; the selection's and the worker's counts, into the findings."""
+        findings, selection = self.findings, self.selection
+        selection.give_up()
+        for op, calls in selection.left_out.items():
+            for key, (why, tier) in calls.items():
+                findings.leave_out(op, key, why, tier)
+        findings.problems += self.recorder.problems
+        findings.worker_starts, findings.worker_start_seconds = self.worker.starts, self.worker.startup_seconds
+        findings.faults = self.worker.restarts
+        findings.suite_seconds, findings.budget_seconds = self.budget.suite_seconds, self.budget.seconds
+        findings.plugin_seconds = self.plugin_seconds()
 
     def pytest_sessionfinish(self, session):
-        if self.options.accepting:
-            self.rewrite_accepted()
-
-    def rewrite_accepted(self):
-        """The accepted file with each op checked this run listing the traps it showed (ops it could not check,
-        and ops this run never called, keep their entries)."""
-        from backward_check.worker import NOT_CHECKED
-        accepted = dict(self.accepted)
-        decided = {c.op for c in self.checked if c.verdict.status != NOT_CHECKED}
-        for op in decided:
-            found = list(dict.fromkeys(t for c in self.checked if c.op == op for t in c.verdict.traps))
-            if found:
-                accepted[op] = found
-            else:
-                accepted.pop(op, None)
-        path = self.options.accepted_path
-        try:
-            path.write_text(json.dumps(dict(sorted(accepted.items())), indent=2) + "\n")
-            self.rewritten = (path, len(accepted))
-        except OSError as error:
-            self.rewritten = (path, f"could not be written: {error}")
+        if self.worker_id:  # a pytest-xdist worker: the controller reports
+            self.config.workeroutput["backward_check"] = self.findings.as_dict()
+            return
+        super().pytest_sessionfinish(session)
 
     def pytest_terminal_summary(self, terminalreporter):
-        write = terminalreporter.write_line
-        terminalreporter.write_sep("=", "backward-check")
-        for problem in self.recorder.problems:
-            write(f"not recorded: {problem}")
-        if not self.checked:
-            write("no autograd.Function or custom op was called with an input that requires grad")
+        if not self.worker_id:
+            super().pytest_terminal_summary(terminalreporter)
+
+
+class XdistController(Reporting):
+    """The plugin in pytest-xdist's controller: the folder where workers claim signatures, and their findings
+    merged into one table."""
+
+    def __init__(self, options, accepted, named, config):
+        super().__init__(options, accepted, named, config)
+        from backward_check.xdist import new_claims_folder
+        self.folder = new_claims_folder()
+        self.findings.processes = 0
+        self.silent = []   # workers that went down without their findings
+
+    def stop(self):
+        from backward_check.xdist import remove_claims_folder
+        remove_claims_folder(self.folder)
+
+    def pytest_configure_node(self, node):
+        from backward_check.xdist import CLAIMS
+        node.workerinput[CLAIMS] = self.folder
+
+    def pytest_testnodedown(self, node, error):
+        from backward_check.findings import Findings
+        sent = getattr(node, "workeroutput", {}).get("backward_check")
+        if sent is None:
+            self.findings.problems.append(f"pytest-xdist worker {node.gateway.id} went down without its findings "
+                                          f"({error or 'no error given'}): the calls its tests made are missing")
             return
-        ops = list(dict.fromkeys(c.op for c in self.checked))
-        header = "op, and the arguments it was called with"
-        width = min(56, max(len(header) - 2, *(len(c.arguments) for c in self.checked)) + 4)
-        test_width = min(60, max(len("first called by"), *(len(c.test) for c in self.checked)))
-        write(f"{header:<{width}}{'first called by':<{test_width}}  seconds  verdict")
-        for op in ops:
-            write(op)
-            rows = [c for c in self.checked if c.op == op]
-            for c in rows:
-                write(f"  {c.arguments:<{width - 2}}{c.test:<{test_width}}  {c.verdict.seconds:7.1f}  {c.shown}")
-                if c.verdict.note:
-                    write(f"    ({c.verdict.note})")
-            beyond = len(self.recorder.beyond_limit.get(op, ()))
-            if beyond:
-                write(f"  ({beyond} more signature{'s' if beyond > 1 else ''} not checked: "
-                      f"--backward-check-limit {self.options.limit})")
-            found = {t for c in rows for t in c.verdict.traps}
-            gone = [t for t in self.accepted.get(op, ()) if t not in found]
-            if gone and not self.options.accepting:
-                write(f"  (accepted but not found, so the accepted file may drop it: {', '.join(gone)})")
-        total = sum(c.verdict.seconds for c in self.checked)
-        failing = sum(1 for c in self.checked if c.failing)
-        line = (f"{len(self.checked)} call{'s' if len(self.checked) > 1 else ''} of {len(ops)} "
-                f"op{'s' if len(ops) > 1 else ''} checked in {total:.1f} s; {failing} with a finding not accepted")
-        if self.worker.starts:
-            line += (f"; worker process started {self.worker.starts} time{'s' if self.worker.starts > 1 else ''} "
-                     f"({self.worker.startup_seconds:.1f} s)")
-        if self.worker.restarts:
-            line += f", again after each of {self.worker.restarts} fault{'s' if self.worker.restarts > 1 else ''}"
-        write(line)
-        if self.rewritten:
-            path, listed = self.rewritten
-            write(f"accepted file {path}: " + (f"rewritten, {listed} op(s) listed" if isinstance(listed, int)
-                                                  else listed))
-        failed_already = self.options.mode == "fail" and not self.options.accepting  # its report is the failure's
-        details = [c for c in self.checked if (c.verdict.traps or c.verdict.status == "undecided")
-                   and not (failed_already and c.failing)]
-        for c in details:
-            terminalreporter.write_sep("-", f"{c.op} ({c.arguments}), first called by {c.test}")
-            for report_line in c.verdict.report.splitlines():
-                write(report_line)
+        self.findings.merge(Findings.from_dict(sent))
+        self.findings.processes += 1
+
+
+def accept_hint(pairs, options):
+    """How to accept these findings where they are by design: [(op, traps)]."""
+    where = f" ({options.accepted_path})" if options.accepted_path else ""
+    example = {op: {t: "why it is by design" for t in traps} for op, traps in pairs}
+    flags = " ".join(f"--backward-check-accept-only '{op}={t}'" for op, traps in pairs for t in traps)
+    return (f"By design? List it, with the reason, in the file --backward-check-accepted names{where}, as "
+            f"{json.dumps(example)}; or write it from this run with --backward-check-accepted FILE {flags}.")
 
 
 def failure_message(checked, options):
     from backward_check.worker import FAULT
-    where = f" ({options.accepted_path})" if options.accepted_path else ""
     if checked.verdict.status == FAULT:
         found = f"faulted under the checker ({checked.verdict.summary.removeprefix('FAULT ')})"
     else:
@@ -319,5 +441,4 @@ def failure_message(checked, options):
         found = f"has {count} trap{'s' if count > 1 else ''} ({', '.join(checked.failing)})"
     return (f"backward-check: the backward of {checked.op}, as this test called it ({checked.arguments}), {found}:\n"
             f"{checked.verdict.report}\n"
-            f"By design? List it in the file --backward-check-accepted names{where}, as "
-            f"{json.dumps({checked.op: list(checked.failing)})}; --backward-check-accept writes that file from a run.")
+            f"{accept_hint([(checked.op, checked.failing)], options)}")

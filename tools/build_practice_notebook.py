@@ -95,7 +95,7 @@ from backward_check import check_backward  # noqa: E402
 
 
 # The pytest plugin's own modules: a library's test suite runs them, a notebook never does.
-PLUGIN_MODULES = ("recording", "worker")
+PLUGIN_MODULES = ("recording", "worker", "selection", "findings", "accepted", "xdist")
 
 
 def package_order(package):

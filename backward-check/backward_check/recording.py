@@ -1,14 +1,25 @@
-"""What the pytest plugin (plugin.py) records while a test suite runs: each call of a torch.autograd.Function's
-.apply, and of a torch.library custom op with a registered autograd, that gets an input which requires grad. The
-arguments are copied before the forward can touch them, onto the CPU (so the copies hold no device memory and no
-reference to the test's own tensors), each laid out as the test's was. A call is kept only where its signature
-(the dtypes, ranks and layouts of its tensors, which of them want a gradient, its strings and flags) is new for
-its op, and only up to a number of signatures per op.
+"""What the pytest plugin (pytest_backward_check.py) records while a test suite runs: each call of a
+torch.autograd.Function's .apply, and of a torch.library custom op with a registered autograd, that gets an input
+which requires grad. A call is offered for checking only where its signature is new for its op: the dtypes, ranks
+and layouts of its tensors, which of them want a gradient, and the values of its other arguments (strings, flags,
+None, dtypes, enums; numbers by their first few values, then by sign). Its arguments are copied, if the plugin keeps
+the call (selection.py decides), before the forward can touch them, onto the CPU (so the copies hold no device
+memory and no reference to the test's own tensors), each laid out as the test's was.
+
+Whatever the arguments are, recording never raises into the test: a call it cannot take is a line in the table.
 """
+import collections
 import dataclasses
+import enum
+import hashlib
+import math
+import numbers
 import sys
+import time
 
 import torch
+
+from .calling import clip
 
 try:  # torch.library.custom_op (torch 2.4 and later): the type of what it returns
     from torch._library.custom_ops import CustomOpDef
@@ -19,6 +30,10 @@ FUNCTION, CUSTOM_OP = "autograd.Function", "custom op"
 # Modules whose Functions are torch's own machinery (checkpointing, compiled graphs) or the checker's: not the
 # suite's ops.
 NOT_THE_SUITES = ("torch", "backward_check")
+# A number argument's values told apart, per op and position, before the rest go by their sign alone: enough for
+# a block size or an ignore_index to pick its path, and a float that changes in every test makes a handful of
+# signatures, not one a test.
+NUMBER_VALUES_TOLD_APART = 3
 
 
 @dataclasses.dataclass
@@ -38,6 +53,23 @@ class CopiedTensor:
         return viewed.requires_grad_(self.requires_grad)
 
 
+def _span(t):
+    """How many elements of its storage t's view reaches over, from its first."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _kept_flat(t):
+    """Whether t's copy is the storage it views (else a compact copy: a narrow view of a far larger buffer)."""
+    return _span(t) <= 2 * t.numel() + 4096
+
+
+def copied_bytes(t):
+    """The bytes copy_tensor(t) will hold, known before it copies anything."""
+    if t.numel() == 0:
+        return 0
+    return (_span(t) if _kept_flat(t) else 2 * t.numel()) * t.element_size()
+
+
 def copy_tensor(t):
     requires_grad = t.requires_grad
     with torch.no_grad():
@@ -45,9 +77,8 @@ def copy_tensor(t):
         size, stride = tuple(t.shape), tuple(t.stride())
         if t.numel() == 0:
             return CopiedTensor(torch.empty(0, dtype=t.dtype), size, stride, str(t.device), requires_grad)
-        span = 1 + sum((n - 1) * s for n, s in zip(size, stride))
-        if span <= 2 * t.numel() + 4096:
-            flat = t.as_strided((span,), (1,), t.storage_offset()).to("cpu", copy=True)
+        if _kept_flat(t):
+            flat = t.as_strided((_span(t),), (1,), t.storage_offset()).to("cpu", copy=True)
         else:
             flat, stride = _compact(t)
         return CopiedTensor(flat, size, stride, str(t.device), requires_grad)
@@ -67,39 +98,54 @@ def _compact(t):
     return buffer.reshape(-1), tuple(buffer[..., 0].permute(inverse).expand(t.shape).stride())
 
 
+# -- arguments, and the containers the plugin looks into ----------------------------------------------------
+
+def _is_namedtuple(value):
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def children(value):
+    """[(key, item)] of a list, tuple, named tuple or dict (plain or ordered) the plugin looks into; None for
+    anything else, which it passes as it is (a torch.Size, a module, a dict subclass of the suite's)."""
+    if type(value) in (list, tuple) or _is_namedtuple(value):
+        return list(enumerate(value))
+    if type(value) in (dict, collections.OrderedDict):
+        return list(value.items())
+    return None
+
+
+def rebuilt(value, items):
+    """A container of value's type holding items ([(key, item)], as children gives them)."""
+    if isinstance(value, dict):
+        return type(value)(items)
+    values = [v for _, v in items]
+    if _is_namedtuple(value):
+        return type(value)._make(values)
+    return type(value)(values)
+
+
 def copy_value(value):
     """A copy of an argument: tensors copied (also inside lists, tuples and dicts), anything else as it is."""
     if isinstance(value, torch.Tensor):
         return copy_tensor(value)
-    if isinstance(value, (list, tuple)):
-        copied = [copy_value(v) for v in value]
-        return copied if isinstance(value, list) else tuple(copied)
-    if isinstance(value, dict):
-        return {k: copy_value(v) for k, v in value.items()}
-    return value
+    items = children(value)
+    return value if items is None else rebuilt(value, [(k, copy_value(v)) for k, v in items])
 
 
 def restore_value(value, device=None):
     """copy_value undone: every CopiedTensor a tensor again, where the test had it (or on device)."""
     if isinstance(value, CopiedTensor):
         return value.tensor(device)
-    if isinstance(value, (list, tuple)):
-        restored = [restore_value(v, device) for v in value]
-        return restored if isinstance(value, list) else tuple(restored)
-    if isinstance(value, dict):
-        return {k: restore_value(v, device) for k, v in value.items()}
-    return value
+    items = children(value)
+    return value if items is None else rebuilt(value, [(k, restore_value(v, device)) for k, v in items])
 
 
 def tensors_in(value):
     if isinstance(value, torch.Tensor):
         yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from tensors_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from tensors_in(v)
+        return
+    for _, item in children(value) or ():
+        yield from tensors_in(item)
 
 
 # -- signatures --------------------------------------------------------------------------------------
@@ -110,47 +156,69 @@ def layout_of(t):
     return "contiguous" if t.is_contiguous() else "non-contiguous"
 
 
-def _signature_of_value(value):
+def number_key(told_apart, value):
+    """A number's part in a signature: its value while it is one of the first NUMBER_VALUES_TOLD_APART distinct
+    values seen at its place (told_apart, which this extends), or 0, inf or NaN; else its sign."""
+    if math.isnan(value) or math.isinf(value) or value == 0:
+        return repr(value)
+    if value in told_apart or len(told_apart) < NUMBER_VALUES_TOLD_APART:
+        if value not in told_apart:
+            told_apart.append(value)
+        return repr(value)
+    return "< 0" if value < 0 else "> 0"
+
+
+def _name_of_callable(value, attribute):
+    name = getattr(value, attribute, None)
+    return name if isinstance(name, str) else type(value).__name__
+
+
+def _shape_of(value, place, told_apart):
+    """(entry, words) of one argument at place (its position or keyword, and where inside a container): its
+    part of the call's signature, made of strings, numbers, booleans and None only (so that it hashes alike in
+    every process), and its description for the table."""
     if isinstance(value, torch.Tensor):
-        return ("tensor", str(value.dtype).replace("torch.", ""), value.dim(), layout_of(value),
-                value.is_floating_point() and value.requires_grad)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_signature_of_value(v) for v in value))
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _signature_of_value(v)) for k, v in value.items()))
-    if value is None or isinstance(value, (str, bool)):  # a mode ("mean", causal=True) picks a code path
-        return ("value", value)
-    return ("type", type(value).__name__)   # numbers, dtypes, objects: their type alone
-
-
-def signature_of(args, kwargs):
-    return (tuple(_signature_of_value(a) for a in args),
-            tuple((k, _signature_of_value(v)) for k, v in kwargs.items()))
-
-
-def _describe_value(entry):
-    kind, *rest = entry
-    if kind == "tensor":
-        dtype, rank, layout, wants_grad = rest
-        words = [f"{dtype} {rank}-d"] + ([layout] if layout != "contiguous" else [])
-        if dtype.startswith(("float", "bfloat")) and not wants_grad:
+        dtype = str(value.dtype).replace("torch.", "")
+        wants_grad = value.is_floating_point() and value.requires_grad
+        layout = layout_of(value) if value.layout == torch.strided else str(value.layout).replace("torch.", "")
+        words = [f"{dtype} {value.dim()}-d"] + ([layout] if layout != "contiguous" else [])
+        if value.is_floating_point() and not wants_grad:
             words.append("(no grad)")
-        return " ".join(words)
-    if kind in ("list", "tuple"):
-        inner = ", ".join(_describe_value(e) for e in rest[0])
-        return f"[{inner}]" if kind == "list" else f"({inner})"
-    if kind == "dict":
-        return "{" + ", ".join(f"{k}: {_describe_value(e)}" for k, e in rest[0]) + "}"
-    if kind == "value":
-        return repr(rest[0])
-    return rest[0]
+        return ("tensor", dtype, value.dim(), layout, wants_grad), " ".join(words)
+    if value is None or isinstance(value, (str, bool)):  # a mode ("mean", causal=True) picks a code path
+        return ("value", value), clip(repr(value), 40)
+    if isinstance(value, numbers.Real):
+        kind, plain = ("int", int(value)) if isinstance(value, numbers.Integral) else ("float", float(value))
+        return ("number", kind, number_key(told_apart.setdefault(place, []), plain)), clip(repr(plain), 24)
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum)):
+        return ("value", str(value)), str(value)
+    if isinstance(value, torch.Size):
+        return ("type", "torch.Size"), f"torch.Size({list(value)})"
+    items = children(value)
+    if items is not None:
+        entries, words = [], []
+        for key, item in items:
+            entry, word = _shape_of(item, f"{place}.{key}", told_apart)
+            entries.append((str(key), entry))
+            words.append(f"{key}: {word}" if isinstance(value, dict) else word)
+        kind = "dict" if isinstance(value, dict) else "list" if isinstance(value, list) else "tuple"
+        brackets = {"dict": "{}", "list": "[]", "tuple": "()"}[kind]
+        return (kind, tuple(entries)), brackets[0] + ", ".join(words) + brackets[1]
+    if callable(value) and not isinstance(value, torch.nn.Module):  # a function or class that picks a path
+        where = f"{getattr(value, '__module__', None) or ''}.{_name_of_callable(value, '__qualname__')}"
+        return ("value", where), clip(_name_of_callable(value, "__name__"), 40)
+    return ("type", f"{type(value).__module__}.{type(value).__qualname__}"), type(value).__name__
 
 
-def describe_signature(signature):
-    """The signature in a few words: 'float32 2-d, float32 2-d stride-0 (no grad), 'mean', reduction=...'."""
-    positional, keywords = signature
-    words = [_describe_value(e) for e in positional] + [f"{k}={_describe_value(e)}" for k, e in keywords]
-    return ", ".join(words)
+def signature_of(args, kwargs, told_apart):
+    """(signature, description) of a call: what makes it new for its op, and the same in a few words ('float32
+    2-d, float32 2-d stride-0 (no grad), 'mean', reduction=...'). told_apart: the op's numbers seen, by place."""
+    shaped = [(str(i), _shape_of(a, str(i), told_apart)) for i, a in enumerate(args)]
+    shaped += [(k, _shape_of(v, k, told_apart)) for k, v in kwargs.items()]
+    signature = (tuple(entry for _, (entry, _) in shaped[:len(args)]),
+                 tuple((k, entry) for k, (entry, _) in shaped[len(args):]))
+    words = [w for _, (_, w) in shaped[:len(args)]] + [f"{k}={w}" for k, (_, w) in shaped[len(args):]]
+    return signature, ", ".join(words)
 
 
 # -- the op, named and found again ----------------------------------------------------------------------
@@ -196,18 +264,28 @@ def importable_reference(op):
 
 @dataclasses.dataclass
 class RecordedCall:
-    """One call of an op with a new signature, with copies of its arguments, waiting to be checked."""
+    """One call of an op with a new signature, and, while the plugin keeps it, copies of its arguments."""
     op: object               # the Function subclass or the CustomOpDef
     name: str
-    args: tuple
-    kwargs: dict
-    no_grad: tuple           # positions and keywords of floating-point tensors that did not require grad
     signature: tuple
+    described: str           # the signature in words, with this call's values
+    no_grad: tuple           # positions and keywords of floating-point tensors that did not require grad
     test: str                # the nodeid of the test that made it
+    nbytes: int              # what its copies hold
+    args: tuple = None       # the copies (None: not copied, or dropped)
+    kwargs: dict = None
+    order: int = 0           # the selection's: its place in the order calls were made,
+    features: frozenset = frozenset()   # and what its signature shows (selection.features)
 
     @property
-    def described(self):
-        return describe_signature(self.signature)
+    def key(self):
+        """The signature's name: the same in every process (pytest-xdist's workers tell theirs apart by it)."""
+        return hashlib.sha1(f"{self.name}\0{self.signature!r}".encode()).hexdigest()
+
+    @property
+    def places(self):
+        """The positions and keywords this call passed."""
+        return (*range(len(self.args or ())), *(self.kwargs or {}))
 
 
 def _no_grad_of(args, kwargs):
@@ -224,18 +302,20 @@ def _recordable(tensors):
 
 
 class Recorder:
-    """Patches Function.apply and CustomOpDef.__call__ (install, uninstall) to record the calls a test makes.
-    test: the nodeid of the test whose body runs (None: record nothing). quiet: above 0 while the checker runs
-    (it calls the op many times) or while a call is copied."""
+    """Patches Function.apply and CustomOpDef.__call__ (install, uninstall) to record the calls a test makes, and
+    offers each call with a new signature to offer(call, copy): copy() returns copies of its (args, kwargs), made
+    only where offer keeps the call. test: the nodeid of the test whose body runs (None: record nothing). quiet:
+    above 0 while the checker runs (it calls the op many times) or while a call is copied."""
 
-    def __init__(self, limit):
-        self.limit = limit
+    def __init__(self, offer):
+        self.offer = offer
         self.test = None
         self.quiet = 0
-        self.pending = []           # RecordedCall, waiting for the end of the test
-        self.signatures = {}        # op name: {signature: the test that first made it}, for the ops' first `limit`
-        self.beyond_limit = {}      # op name: {signature}, seen after the first `limit`
+        self.signatures = {}        # op name: {signature: the test that first made it}
+        self.told_apart = {}        # op name: {place: the number values seen there, up to NUMBER_VALUES_TOLD_APART}
+        self.frozen = {}            # op name: {the positions and keywords a call passed frozen (no grad)}
         self.problems = []          # calls that could not be recorded, in words
+        self.seconds = 0.0          # spent recording (signatures and copies), which the test's time leaves out
         self._patched = []
 
     # -- patching -------------------------------------------------------------------------------
@@ -277,13 +357,15 @@ class Recorder:
     def consider(self, op, args, kwargs):
         """Records the call if it is one to check; never raises (the test's own call goes on regardless)."""
         self.quiet += 1
+        start = time.perf_counter()
         try:
             self._consider(op, args, kwargs)
         except Exception as error:  # noqa: BLE001  (recording must never break the test's call)
-            self.problems.append(f"{self.test}: a call of {getattr(op, '__name__', op)} could not be recorded "
-                                 f"({type(error).__name__}: {error})")
+            self.problems.append(f"{self.test}: a call of {getattr(op, '__name__', type(op).__name__)} could not "
+                                 f"be recorded ({type(error).__name__}: {clip(error, 200)})")
         finally:
             self.quiet -= 1
+            self.seconds += time.perf_counter() - start
 
     def _consider(self, op, args, kwargs):
         if not torch.is_grad_enabled() or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
@@ -295,18 +377,13 @@ class Recorder:
         if module.split(".")[0] in NOT_THE_SUITES:
             return
         name = op_name(op)
-        signature = signature_of(args, kwargs)
+        no_grad = _no_grad_of(args, kwargs)
+        self.frozen.setdefault(name, set()).update(no_grad)
+        signature, described = signature_of(args, kwargs, self.told_apart.setdefault(name, {}))
         known = self.signatures.setdefault(name, {})
         if signature in known:
             return
-        if len(known) >= self.limit:
-            self.beyond_limit.setdefault(name, set()).add(signature)
-            return
-        copied_args, copied_kwargs = copy_value(tuple(args)), copy_value(dict(kwargs))
         known[signature] = self.test
-        self.pending.append(RecordedCall(op, name, copied_args, copied_kwargs, _no_grad_of(args, kwargs), signature,
-                                         self.test))
-
-    def take_pending(self):
-        pending, self.pending = self.pending, []
-        return pending
+        call = RecordedCall(op, name, signature, described, no_grad, self.test,
+                            sum(copied_bytes(t) for t in tensors))
+        self.offer(call, lambda: (copy_value(tuple(args)), copy_value(dict(kwargs))))

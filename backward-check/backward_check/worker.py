@@ -3,36 +3,48 @@ op whose fault kills its process (a segfault, an abort) or poisons its CUDA cont
 takes down the worker, never the test suite. The worker is sent the op as an importable reference (module and
 qualname) and the recorded arguments as torch.save bytes; it tells the parent each call the checker is about to
 make of the op (calling.LISTENERS), so a death is reported as the op's fault in the call that provoked it. A fresh
-worker is started after a fault. An op the worker cannot import (one defined inside a test function) is checked in
-the suite's own process, with a note saying so.
+worker is started after a fault.
+
+An op the worker cannot import (one defined inside a test function), or an argument it cannot be sent (pickle
+refuses a lambda, an odict_keys), is checked in a process forked from the suite's for that one check, where the
+suite's process holds no CUDA context (a forked child cannot use its parent's) and the platform forks; else, on the
+CPU, in the suite's own process, and with CUDA, not at all: each with a note saying why.
+
+Each check seeds torch's, Python's and NumPy's generators from the op and its signature, so that an op that draws
+from them (a random start) is checked alike in every run; a check that finds a trap is run again with another
+seed, and where the second run finds other traps, or none, the verdict is 'unstable', with both.
 """
 import contextlib
 import dataclasses
 import faulthandler
 import importlib
+import inspect
 import io
 import multiprocessing
 import os
 import random
 import re
 import signal
+import sys
 import tempfile
 import time
+import zlib
 
 import torch
 
 from .calling import clip
 from .context import FAULT_WORDS
-from .recording import CustomOpDef, importable_reference, resolve, restore_value
+from .recording import CustomOpDef, importable_reference, resolve, restore_value, tensors_in
 
-CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT = "clean", "traps", "undecided", "not checked", "fault"
+CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
+    "unstable"
 CRASHES = "crashes"  # the trap a fault counts as, for the accepted file
 
 
 @dataclasses.dataclass
 class Verdict:
     """What checking one recorded call found, in words the table prints."""
-    status: str               # CLEAN, TRAPS, UNDECIDED, NOT_CHECKED or FAULT
+    status: str               # CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT or UNSTABLE
     summary: str              # one line: the verdict as the table shows it
     report: str = ""          # the checker's report, or the account of the fault
     traps: tuple = ()         # trap names (a fault counts as "crashes")
@@ -40,31 +52,115 @@ class Verdict:
     note: str = ""            # how it was checked, where that is worth saying
 
 
+@dataclasses.dataclass
+class Job:
+    """What one check needs besides the op, in whichever process runs it: the copies of the call's arguments, the
+    floating-point tensors it passed frozen, those the suite's calls of the op ever passed frozen, and the seed."""
+    name: str
+    args: tuple
+    kwargs: dict
+    no_grad: tuple
+    frozen_by_callers: tuple
+    seed: int
+
+
+def seed_of(name, signature):
+    """The seed of every check of this op and signature: the same in every run and every process."""
+    return zlib.crc32(f"{name} {signature!r}".encode())
+
+
+def job_of(call, frozen_by_callers):
+    frozen = tuple(sorted((p for p in frozen_by_callers if p in call.places), key=str))
+    return Job(call.name, call.args, call.kwargs, call.no_grad, frozen, seed_of(call.name, call.signature))
+
+
 # -- one check, in whichever process runs it --------------------------------------------------------
 
-def check_call(op, name, args, kwargs, no_grad):
-    """check_backward on one recorded call, as a Verdict; a usage error or the checker's own failure is 'not
-    checked', never a raise."""
-    from . import Sample, UsageError, check_backward
+def cuda_initialised():
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)  # every device's
+    random.seed(seed)
     try:
-        report = check_backward(op, Sample(*args, **kwargs), name=name, no_grad=no_grad)
+        import numpy
+        numpy.random.seed(seed % 2 ** 32)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _contract_keywords(frozen_by_callers):
+    """check_backward's keyword for the inputs the suite itself passed frozen, where this checker has it."""
+    from . import check_backward
+    if "frozen_by_callers" in inspect.signature(check_backward).parameters:
+        return {"frozen_by_callers": frozen_by_callers}
+    return {}
+
+
+def generator_states():
+    """What a draw from torch's (CPU, and CUDA where it is started), Python's or NumPy's generator changes."""
+    states = [torch.get_rng_state(), *(torch.cuda.get_rng_state_all() if cuda_initialised() else ())]
+    states = [bytes(s.numpy()) for s in states] + [random.getstate()]
+    try:
+        import numpy
+        kind, keys, position, *_ = numpy.random.get_state()
+        states.append((keys.tobytes(), position))
+    except ImportError:  # pragma: no cover
+        pass
+    return states
+
+
+def check_once(op, job, args, kwargs, seed):
+    """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
+    checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
+    from . import Sample, UsageError, check_backward
+    seed_everything(seed)
+    seeded = generator_states()
+    try:
+        report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
+                                **_contract_keywords(job.frozen_by_callers))
     except UsageError as error:
-        return Verdict(NOT_CHECKED, f"not checked: {clip(error, 200)}", str(error))
+        return Verdict(NOT_CHECKED, f"not checked: {clip(error, 200)}", str(error)), False
     except Exception as error:  # noqa: BLE001  (the checker's own failure, which the table reports)
         return Verdict(NOT_CHECKED, f"not checked: the checker failed ({type(error).__name__}: {clip(error, 120)})",
-                       f"{type(error).__name__}: {error}")
+                       f"{type(error).__name__}: {error}"), False
+    drew = generator_states() != seeded  # the checker's own draws come from generators of its own
     if report.traps:
-        return Verdict(TRAPS, "TRAP " + "; ".join(report.traps), str(report), tuple(report.traps), report.seconds)
+        return Verdict(TRAPS, "TRAP " + "; ".join(report.traps), str(report), tuple(report.traps),
+                       report.seconds), drew
     if report.undecided:
         return Verdict(UNDECIDED, "undecided (no trap found, but not every check could decide)", str(report),
-                       seconds=report.seconds)
-    return Verdict(CLEAN, "clean", str(report), seconds=report.seconds)
+                       seconds=report.seconds), drew
+    return Verdict(CLEAN, "clean", str(report), seconds=report.seconds), drew
+
+
+def _in_brief(verdict):
+    return "clean" if verdict.status == CLEAN else verdict.summary
+
+
+def check_call(op, job, args, kwargs):
+    """The check; and where it found a trap, and the op drew from the generators or ran on a GPU (whose atomic
+    adds need not sum in the same order twice), the check again with the next seed: the first Verdict where
+    both found the same traps, else an unstable one that shows both (it fails no test)."""
+    first, drew = check_once(op, job, args, kwargs, job.seed)
+    on_gpu = any(t.is_cuda for t in tensors_in((args, kwargs)))
+    if first.status != TRAPS or not (drew or on_gpu):
+        return first
+    second, _ = check_once(op, job, args, kwargs, job.seed + 1)
+    if set(second.traps) == set(first.traps):
+        first.seconds += second.seconds
+        return first
+    return Verdict(UNSTABLE, f"UNSTABLE: {_in_brief(first)} with one seed, {_in_brief(second)} with another",
+                   f"the op's random draws seeded with {job.seed}:\n{first.report or first.summary}\n\n"
+                   f"seeded with {job.seed + 1}:\n{second.report or second.summary}",
+                   seconds=first.seconds + second.seconds)
 
 
 def cuda_poisoned():
     """Whether this process's CUDA context is unusable after a check: a sticky error (an illegal memory access, a
     device-side assert) fails every later CUDA call, so a tiny one tells."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not cuda_initialised():
         return False
     try:
         torch.cuda.synchronize()
@@ -87,8 +183,7 @@ def as_fault(verdict, account):
 @contextlib.contextmanager
 def rng_kept():
     """The random generators as they were: torch's (CPU, and CUDA where the suite started it), Python's, NumPy's."""
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    devices = list(range(torch.cuda.device_count())) if cuda else []
+    devices = list(range(torch.cuda.device_count())) if cuda_initialised() else []
     python_state = random.getstate()
     try:
         import numpy
@@ -104,37 +199,87 @@ def rng_kept():
                 numpy.random.set_state(numpy_state)
 
 
-def check_here(call, why, recorder):
+def check_here(call, job, recorder):
     """The check in this process (the suite's): its generators kept, the recorder quiet, its memory freed."""
     recorder.quiet += 1
     start = time.perf_counter()
     try:
         with rng_kept():
-            verdict = check_call(call.op, call.name, restore_value(call.args), restore_value(call.kwargs),
-                                 call.no_grad)
+            verdict = check_call(call.op, job, restore_value(job.args), restore_value(job.kwargs))
     finally:
         recorder.quiet -= 1
     verdict.seconds = time.perf_counter() - start
     if cuda_poisoned():
         verdict = as_fault(verdict, "the op lost the CUDA context of the suite's own process, so later tests "
                                     "that use the GPU fail too")
-    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+    elif cuda_initialised():
         torch.cuda.empty_cache()  # what the checker allocated, handed back
-    verdict.note = f"checked in the suite's process: {why}"
+    return verdict
+
+
+def can_fork():
+    """Whether a check can run in a process forked from this one: a platform that forks safely (not macOS, whose
+    system libraries do not survive a fork), and no CUDA context here (a forked child cannot use it)."""
+    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" and not cuda_initialised()
+
+
+def check_protected(worker, call, job, recorder):
+    """The Verdict on call from the worker process; where the worker cannot take it, from a process forked for it;
+    else from the suite's process where no CUDA context is at risk, or none; each with a note saying why."""
+    verdict, why = worker.check(call, job)
+    if verdict is not None:
+        return verdict
+    if can_fork():
+        verdict = ForkedCheck(worker.timeout).check(call.op, job)
+        verdict.note = f"checked in a process forked from the suite's: {why}"
+    elif not cuda_initialised():
+        verdict = check_here(call, job, recorder)
+        verdict.note = f"checked in the suite's own process: {why}, and this platform cannot fork a process for it"
+    else:
+        verdict = Verdict(NOT_CHECKED, f"not checked: {why}, and a process forked from the suite's cannot use its "
+                                       f"CUDA context, while a check in the suite's own process could lose it")
     return verdict
 
 
 # -- the worker's side ---------------------------------------------------------------------------------
 
-def serve(connection, log_path):
-    """The worker's loop: receive a recorded call, check it, send the Verdict; announce each call of the op. Its
-    output goes to a log of its own (the parent quotes its end after a fault), not into the suite's."""
+def _log_to(log_path):
+    """This process's output into a log of its own (the parent quotes its end after a fault), not into the
+    suite's; a fault writes the Python stack it happened in there too. Returns the log."""
     log = open(log_path, "ab", buffering=0)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
-    faulthandler.enable(file=log)  # a fault writes the Python stack it happened in to the log
+    faulthandler.enable(file=log)
+    return log
+
+
+def _announcing(connection):
     from . import calling
     calling.LISTENERS.append(lambda what: connection.send(("call", what)))
+
+
+def _checked(op, job):
+    """The Verdict on job in this process; where the check lost the CUDA context, the fault (True: this process
+    must leave)."""
+    try:
+        args, kwargs = restore_value(job.args), restore_value(job.kwargs)
+    except Exception as error:  # noqa: BLE001  (out of device memory, say: the worker's, not the op's)
+        return Verdict(NOT_CHECKED, f"not checked: its arguments could not be put back on their device "
+                                    f"({type(error).__name__}: {error})"), False
+    verdict = check_call(op, job, args, kwargs)
+    del args, kwargs
+    if cuda_poisoned():
+        return as_fault(verdict, "the op lost the CUDA context of the process that checked it; the suite went on "
+                                 "with a fresh one"), True
+    if cuda_initialised():
+        torch.cuda.empty_cache()  # the GPU the suite shares, handed back between checks
+    return verdict, False
+
+
+def serve(connection, log_path):
+    """The worker's loop: receive a recorded call, check it, send the Verdict; announce each call of the op."""
+    _log_to(log_path)
+    _announcing(connection)
     connection.send(("ready", None))
     while True:
         try:
@@ -144,28 +289,23 @@ def serve(connection, log_path):
         if not payload:
             return
         try:  # the op's module, and the classes of its arguments, imported here
-            job = torch.load(io.BytesIO(payload), weights_only=False)
-            op = _imported(*job["reference"])
+            sent = torch.load(io.BytesIO(payload), weights_only=False)
+            op = _imported(*sent["reference"])
         except Exception as error:  # noqa: BLE001
             connection.send(("cannot import", f"{type(error).__name__}: {error}"))
             continue
-        try:
-            args, kwargs = restore_value(job["args"]), restore_value(job["kwargs"])
-        except Exception as error:  # noqa: BLE001  (out of device memory, say: the worker's, not the op's)
-            connection.send(("done", Verdict(NOT_CHECKED, f"not checked: its arguments could not be put back on "
-                                                          f"their device ({type(error).__name__}: {error})")))
-            continue
-        verdict = check_call(op, job["name"], args, kwargs, job["no_grad"])
-        del args, kwargs
-        bad = cuda_poisoned()
-        if bad:
-            verdict = as_fault(verdict, "the op lost the worker's CUDA context; the suite went on with a "
-                                        "fresh worker")
+        verdict, lost = _checked(op, sent["job"])
         connection.send(("done", verdict))
-        if bad:
+        if lost:
             return  # the parent starts a fresh worker
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()  # the GPU the suite shares, handed back between checks
+
+
+def serve_one(connection, log_path, op, job):
+    """A forked process's one check: the op and its arguments are the suite's own, inherited."""
+    _log_to(log_path)
+    torch.set_num_threads(1)  # the parent's OpenMP threads are not the child's: one thread cannot wait on them
+    _announcing(connection)
+    connection.send(("done", _checked(op, job)[0]))
 
 
 def _imported(module, qualname):
@@ -180,7 +320,7 @@ def _imported(module, qualname):
 
 @contextlib.contextmanager
 def _environment(**values):
-    """os.environ with values set where unset, while a worker starts (it copies the environment then)."""
+    """os.environ with values set where unset, while a process starts (it copies the environment then)."""
     added = {k: v for k, v in values.items() if k not in os.environ}
     os.environ.update(added)
     try:
@@ -229,41 +369,26 @@ def fault_excerpt(log):
     return "\n".join(kept)
 
 
-class Worker:
-    """The worker process, started when first needed and again after a fault; timeout: seconds a check may take."""
-    STARTUP_S = 300.0  # importing torch (and CUDA's start) on a loaded machine
+class CheckProcess:
+    """A process that checks calls for the suite, and what the suite sees of it: its answers, its log, its death.
+    timeout: seconds a check may take before it counts as hung."""
 
     def __init__(self, timeout):
         self.timeout = timeout
         self.process = self.connection = self.log_path = None
-        self.starts = 0
         self.restarts = 0           # after a fault
-        self.startup_seconds = 0.0
-        self.cannot_start = None    # why the worker process could not start, once it could not
 
-    def _start(self):
-        start = time.perf_counter()
-        context = multiprocessing.get_context("spawn")
+    def _launch(self, context, target, *args):
+        """Starts target(connection, log path, *args) in a process of context's start method."""
         self.connection, child = context.Pipe()
         handle, self.log_path = tempfile.mkstemp(prefix="backward-check-worker-", suffix=".log")
         os.close(handle)
-        self.process = context.Process(target=serve, args=(child, self.log_path), name="backward-check worker",
-                                       daemon=True)
+        self.process = context.Process(target=target, args=(child, self.log_path, *args),
+                                       name="backward-check worker", daemon=True)
         # Each kernel launch waits for its kernel, so a CUDA fault surfaces at the call that caused it.
         with _environment(CUDA_LAUNCH_BLOCKING="1"):
             self.process.start()
         child.close()
-        self.starts += 1
-        try:
-            if not self.connection.poll(self.STARTUP_S):
-                raise TimeoutError
-            self.connection.recv()  # ("ready", None)
-        except (EOFError, OSError, TimeoutError):
-            tail = self._log_tail()
-            self._lost()
-            raise WorkerFailed(f"the worker process did not start{': ' + clip(tail, 200) if tail else ''}") from None
-        finally:
-            self.startup_seconds += time.perf_counter() - start
 
     def _log_tail(self, lines=25):
         try:
@@ -283,19 +408,8 @@ class Worker:
                 os.remove(self.log_path)
         self.process = self.connection = self.log_path = None
 
-    def stop(self):
-        if self.process is None:
-            return
-        with contextlib.suppress(Exception):
-            self.connection.send_bytes(b"")
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self._forget()
-
     def _lost(self):
-        """The worker after a fault: gone, so the next check starts a fresh one; its exit code."""
+        """The process after a fault: gone, so the next check starts a fresh one; its exit code."""
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -310,30 +424,11 @@ class Worker:
         report = account + (f"\nthe worker's last output:\n{tail}" if tail else "")
         return Verdict(FAULT, f"FAULT {summary}", report, (CRASHES,), seconds)
 
-    def check(self, call):
-        """(the Verdict on call from a worker process, None); or (None, why) where the worker cannot take the op."""
-        reference, why = importable_reference(call.op)
-        if reference is None:
-            return None, f"{why}, so a worker process cannot import it"
-        buffer = io.BytesIO()
-        try:
-            torch.save({"reference": reference, "name": call.name, "args": call.args, "kwargs": call.kwargs,
-                        "no_grad": call.no_grad}, buffer)
-        except Exception as error:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
-            return None, f"its arguments cannot be sent to a worker process ({type(error).__name__}: {error})"
-        if self.cannot_start:
-            return None, self.cannot_start
-        if self.process is None:
-            try:
-                self._start()
-            except WorkerFailed as error:
-                self.cannot_start = str(error)  # so every later check goes straight to the suite's process
-                return None, self.cannot_start
-        start = time.perf_counter()
+    def _answer(self, start):
+        """(the Verdict the process sends, None), or (None, why) where it cannot import the op; a death or a hang
+        is the op's fault, in the last call it announced."""
         calls = []
         try:
-            self.connection.send_bytes(buffer.getvalue())
-            del buffer
             while True:
                 left = self.timeout - (time.perf_counter() - start)
                 if left <= 0:
@@ -348,7 +443,7 @@ class Worker:
                 elif kind == "cannot import":
                     return None, f"a worker process cannot import it ({value})"
                 else:
-                    if value.status == FAULT:  # a poisoned CUDA context: the worker has left
+                    if value.status == FAULT:  # a poisoned CUDA context: the process has left
                         self._lost()
                     value.seconds = time.perf_counter() - start
                     return value, None
@@ -356,9 +451,100 @@ class Worker:
             self.process.join(5)
             died = how_it_died(self.process.exitcode)
             return self._fault(f"the op's process was {died} {in_the_call(calls)}",
-                               f"the worker process that checked it was {died} {in_the_call(calls)}; the suite "
-                               f"went on with a fresh worker", time.perf_counter() - start), None
+                               f"the process that checked it was {died} {in_the_call(calls)}; the suite went on",
+                               time.perf_counter() - start), None
+
+
+class ForkedCheck(CheckProcess):
+    """One check in a process forked from the suite's, for an op or arguments a worker cannot be sent."""
+
+    def check(self, op, job):
+        start = time.perf_counter()
+        self._launch(multiprocessing.get_context("fork"), serve_one, op, job)
+        verdict, _ = self._answer(start)
+        if self.process is not None:
+            self.process.join(5)
+            self._forget()
+        return verdict
+
+
+def unpicklable(call):
+    """Which of the call's arguments pickle refuses, in words (or the whole call's error, where each alone
+    pickles)."""
+    for place, value in [*enumerate(call.args), *call.kwargs.items()]:
+        try:
+            torch.save(value, io.BytesIO())
+        except Exception as error:  # noqa: BLE001
+            return (f"its argument {place} (a {type(value).__name__}) cannot be sent to a worker process: pickle "
+                    f"refuses it ({type(error).__name__}: {clip(error, 100)})")
+    return "its arguments cannot be sent to a worker process"
+
+
+class Worker(CheckProcess):
+    """The worker process, started when first needed and again after a fault."""
+    STARTUP_S = 300.0  # importing torch (and CUDA's start) on a loaded machine
+
+    def __init__(self, timeout):
+        super().__init__(timeout)
+        self.starts = 0
+        self.startup_seconds = 0.0
+        self.cannot_start = None    # why the worker process could not start, once it could not
+
+    def _start(self):
+        start = time.perf_counter()
+        self._launch(multiprocessing.get_context("spawn"), serve)
+        self.starts += 1
+        try:
+            if not self.connection.poll(self.STARTUP_S):
+                raise TimeoutError
+            self.connection.recv()  # ("ready", None)
+        except (EOFError, OSError, TimeoutError):
+            tail = self._log_tail()
+            self._lost()
+            raise WorkerFailed(f"the worker process did not start{': ' + clip(tail, 200) if tail else ''}") from None
+        finally:
+            self.startup_seconds += time.perf_counter() - start
+
+    def stop(self):
+        if self.process is None:
+            return
+        with contextlib.suppress(Exception):
+            self.connection.send_bytes(b"")
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._forget()
+
+    def check(self, call, job):
+        """(the Verdict on call from the worker process, None); or (None, why) where the worker cannot take it."""
+        reference, why = importable_reference(call.op)
+        if reference is None:
+            return None, f"{why}, so a worker process cannot import it"
+        buffer = io.BytesIO()
+        try:
+            torch.save({"reference": reference, "job": job}, buffer)
+        except Exception:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
+            return None, unpicklable(call)
+        if self.cannot_start:
+            return None, self.cannot_start
+        if self.process is not None and not self.process.is_alive():
+            self._lost()  # it died between checks, of nothing this op did
+        if self.process is None:
+            try:
+                self._start()
+            except WorkerFailed as error:
+                self.cannot_start = str(error)  # so every later check goes straight to the fallback
+                return None, self.cannot_start
+        start = time.perf_counter()
+        try:
+            self.connection.send_bytes(buffer.getvalue())
+        except (OSError, ConnectionError):
+            return self._fault("the worker process died as the check was sent", "the worker process died as "
+                               "the check was sent; the suite went on", 0.0), None
+        del buffer
+        return self._answer(start)
 
 
 class WorkerFailed(Exception):
-    """The worker process could not start (the checks then run in the suite's process)."""
+    """The worker process could not start (the checks then run in a forked process, or in the suite's)."""

@@ -1,0 +1,196 @@
+"""Which recorded calls the pytest plugin checks, and when: each call with a new signature waits, with copies of
+its arguments, and is ranked by what its check could reveal that the op's checks so far could not (its tier):
+
+    0  the op's first call
+    1  a value of a non-tensor argument not yet checked at its place ('none' after 'sum' and 'mean', a flag, None
+       where a tensor went, a number: recording.number_key), or a tensor where None went
+    2  a dtype not yet checked at its place
+    3  a rank, a layout, a requires-grad pattern, or a container's length not yet checked
+    4  a combination of what was checked
+
+After each test, its calls of tiers 0 and 1 are checked, best first, while the time budget lasts (so that =fail
+fails the test that made the call); the rest wait for the session's end, where every call still waiting is checked
+best first while the budget lasts. A call's tier is taken again before each pick, against what has been checked by
+then, so the second call that brings 'none' goes after every other call that brings something new. Checking the
+lower tiers at the end, not after their test, ranks them against the whole suite's calls: a dtype that the first
+test brought does not take the place of a value that the last test brings.
+
+The budget is the plugin's own seconds (its copies, its worker's start, its checks) against the suite's: at most
+factor times the seconds the tests themselves have taken so far, and at least a floor, so that a suite of a few
+seconds is checked too. The copies waiting are held within a number of bytes: past it, the copies of the call of
+the lowest tier (the latest among equals) are dropped first, and the table counts them.
+"""
+import collections
+import dataclasses
+import itertools
+import math
+
+FIRST, VALUE, DTYPE, SHAPE, COMBINATION = range(5)
+CHECKED_AFTER_ITS_TEST = (FIRST, VALUE)   # the other tiers wait for the session's end
+TIER_WORDS = {FIRST: "first call of the op", VALUE: "with a new value", DTYPE: "with a new dtype",
+              SHAPE: "with a new rank, layout or requires-grad pattern",
+              COMBINATION: "combining values already checked"}
+# The kind of each feature (the first word of its name), and the tier a feature of that kind not yet checked
+# gives a call.
+TIER_OF_KIND = {"value": VALUE, "dtype": DTYPE, "shape": SHAPE}
+
+# Why a call with a new signature was not checked.
+BUDGET, MEMORY, LIMIT, ELSEWHERE = "time budget", "memory", "limit", "another worker"
+
+# The plugin's seconds are at most this many times the tests' own, by default: the whole run about twice the
+# suite's time.
+BUDGET_FACTOR = 1.0
+# ... and at least this many seconds: the worker's start (importing torch, a few seconds) and some tens of checks
+# of small ops, so that a suite of a few seconds is checked too.
+BUDGET_FLOOR_SECONDS = 60.0
+MEMORY_MIB = 2048  # the copies waiting for their check, at most (divided among pytest-xdist's workers)
+
+
+def features(signature):
+    """What a call's signature shows of it, place by place: 'value reduction: 'none'', 'dtype 0: float32',
+    'shape 0: 2-d'. A call whose every feature was checked before is a combination of them."""
+    positional, keywords = signature
+    found = set()
+    for place, entry in [*((str(i), e) for i, e in enumerate(positional)), *keywords]:
+        _features_of(entry, place, found)
+    return frozenset(found)
+
+
+def _features_of(entry, place, found):
+    kind, *rest = entry
+    if kind == "tensor":
+        dtype, rank, layout, wants_grad = rest
+        found |= {f"value {place}: a tensor", f"dtype {place}: {dtype}", f"shape {place}: {rank}-d",
+                  f"shape {place}: {layout}", f"shape {place}: {'wants' if wants_grad else 'no'} grad"}
+    elif kind in ("list", "tuple", "dict"):
+        items, = rest
+        found.add(f"shape {place}: a {kind} of {len(items)}")
+        for key, item in items:
+            _features_of(item, f"{place}.{key}", found)
+    else:  # "value", "number" (its kind and key), "type"
+        found.add(f"value {place}: " + " ".join(map(repr, rest)))
+
+
+def tier(call_features, covered):
+    """The call's tier against the features of the op's calls checked so far (None: none checked yet)."""
+    if covered is None:
+        return FIRST
+    new = call_features - covered
+    return min((TIER_OF_KIND[f.split(" ", 1)[0]] for f in new), default=COMBINATION)
+
+
+@dataclasses.dataclass
+class Budget:
+    """The plugin's seconds against the suite's. factor None: no limit (--backward-check-budget=all)."""
+    factor: float = BUDGET_FACTOR
+    floor: float = BUDGET_FLOOR_SECONDS
+    suite_seconds: float = 0.0   # the tests' own, so far (the plugin's time inside them left out)
+    spent: float = 0.0           # the plugin's
+
+    @property
+    def seconds(self):
+        return math.inf if self.factor is None else max(self.floor, self.factor * self.suite_seconds)
+
+    def allows(self, expected=0.0):
+        """Whether a check expected to take `expected` seconds fits in what is left."""
+        return self.spent < self.seconds and self.spent + expected <= self.seconds
+
+
+class Selection:
+    """The calls waiting for their check, and what the op's checks so far have covered. others: a callable that
+    returns [(op name, features)] of the calls other processes have checked since it was last called (pytest-xdist's
+    workers), or None."""
+
+    def __init__(self, budget, memory_bytes, limit=None, others=None):
+        self.budget, self.memory_bytes, self.limit, self.others = budget, memory_bytes, limit, others
+        self.waiting = []                         # RecordedCall with copies, in the order they were made
+        self.held_bytes = 0
+        self.covered = {}                         # op name: the features of its calls checked
+        self.checked = collections.Counter()      # op name: calls checked in this process
+        self.check_seconds = {}                   # op name: [seconds of each check here]
+        self.left_out = {}                        # op name: {signature key: (why, its tier then)}
+        self._order = itertools.count()
+
+    # -- ranking ----------------------------------------------------------------------------------
+
+    def tier(self, call):
+        return tier(call.features, self.covered.get(call.name))
+
+    def _rank(self, call):
+        return self.tier(call), call.order
+
+    def _catch_up(self):
+        for op, seen in (self.others() if self.others else ()):
+            self.covered.setdefault(op, set()).update(seen)
+
+    # -- recording's side ---------------------------------------------------------------------------
+
+    def offer(self, call, copy):
+        """Keeps the call, with copy()'s copies of its arguments, where the memory allows it, dropping the copies
+        of lower-ranked calls to make room; or counts it left out."""
+        self._catch_up()
+        call.order, call.features = next(self._order), features(call.signature)
+        if self.limit is not None and self.checked[call.name] >= self.limit:
+            return self._leave_out(call, LIMIT)
+        if self.held_bytes + call.nbytes > self.memory_bytes:  # ranked only then: thousands may be waiting
+            rank = self._rank(call)
+            below = sorted((c for c in self.waiting if self._rank(c) > rank), key=self._rank, reverse=True)
+            if self.held_bytes - sum(c.nbytes for c in below) + call.nbytes > self.memory_bytes:
+                return self._leave_out(call, MEMORY)
+            while self.held_bytes + call.nbytes > self.memory_bytes:
+                self._drop(below.pop(0), MEMORY)
+        call.args, call.kwargs = copy()
+        self.waiting.append(call)
+        self.held_bytes += call.nbytes
+
+    def _leave_out(self, call, why):
+        self.left_out.setdefault(call.name, {})[call.key] = why, self.tier(call)
+
+    def _drop(self, call, why):
+        self.waiting.remove(call)
+        self.held_bytes -= call.nbytes
+        call.args = call.kwargs = None
+        self._leave_out(call, why)
+
+    # -- the checks' side ---------------------------------------------------------------------------
+
+    def expected_seconds(self, op):
+        """What a check of op is expected to take: the mean of its checks so far (0 before its first)."""
+        seconds = self.check_seconds.get(op)
+        return sum(seconds) / len(seconds) if seconds else 0.0
+
+    def next_call(self, test=None):
+        """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.
+        test: after that test, only its own calls, of the tiers CHECKED_AFTER_ITS_TEST (the rest wait for the
+        session's end); None: at the session's end, any. The best tier first, the earliest among equals; a call
+        its op's earlier checks say will not fit in the budget is passed over."""
+        self._catch_up()
+        candidates = sorted((c for c in self.waiting if test is None or c.test == test), key=self._rank)
+        for call in candidates:
+            if test is not None and self.tier(call) not in CHECKED_AFTER_ITS_TEST:
+                break
+            if self.limit is not None and self.checked[call.name] >= self.limit:
+                self._drop(call, LIMIT)
+                continue
+            if self.budget.allows(self.expected_seconds(call.name)):
+                self.waiting.remove(call)
+                self.held_bytes -= call.nbytes
+                return call
+        return None
+
+    def checked_here(self, call, seconds):
+        """The call was checked here: what it covers is covered, and its time counts toward its op's."""
+        self.covered.setdefault(call.name, set()).update(call.features)
+        self.checked[call.name] += 1
+        self.check_seconds.setdefault(call.name, []).append(seconds)
+        call.args = call.kwargs = None
+
+    def checked_elsewhere(self, call):
+        """Another worker claimed the call's signature first (it checks it)."""
+        self._leave_out(call, ELSEWHERE)
+        call.args = call.kwargs = None
+
+    def give_up(self):
+        """At the session's end, once nothing more fits in the budget: every call still waiting is left out."""
+        while self.waiting:
+            self._drop(self.waiting[-1], BUDGET)

@@ -1,0 +1,329 @@
+"""pytest --backward-check never breaks the suite, whatever the ops' arguments are: a suite whose ops take every
+type of argument a real suite passes (torch.Size, dtypes, devices, enums, dicts of values and of tensors,
+torch.Generator, nn.Modules, functions and lambdas, odict_keys, None, tuples of tensors, slices, ranges, and an
+object that refuses to be compared, hashed, printed or pickled) passes under the plugin in report mode as it does
+without it; each call is recorded and shown; an argument a worker process cannot be sent is named, and its check
+runs in a process forked for it. Where that cannot be, the check runs in the suite's process on the CPU, and is
+skipped where the suite's process holds a CUDA context: each with a note saying why.
+"""
+import pytest
+import torch
+from plugin_runs import row, run_pytest, suite_holds_cuda
+
+OPS = '''
+import enum
+
+import torch
+
+
+class Mode(enum.Enum):
+    FAST = 1
+    EXACT = 2
+
+
+class TakesAnything(torch.autograd.Function):
+    """Doubles x; its second argument is configuration it passes by."""
+
+    @staticmethod
+    def forward(ctx, x, extra):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * 2, None
+
+
+class Reshapes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, size):
+        ctx.size = x.shape
+        return x.reshape(size) * 3
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.reshape(ctx.size) * 3, None
+
+
+class Applies(torch.autograd.Function):
+    """fn(x) for a fn that scales by a constant it names."""
+
+    @staticmethod
+    def forward(ctx, x, fn, factor):
+        ctx.factor = factor
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * ctx.factor, None, None
+
+
+class Slices(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, where):
+        ctx.shape, ctx.where = x.shape, where
+        return x[where] * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = grad_output.new_zeros(ctx.shape)
+        grad[ctx.where] = grad_output * 2
+        return grad, None
+
+
+class Casts(torch.autograd.Function):
+    """Computes in dtype; device says where a buffer of its would go (none here)."""
+
+    @staticmethod
+    def forward(ctx, x, dtype, device):
+        ctx.dtype = x.dtype
+        return x.to(dtype=dtype) * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (grad_output * 2).to(ctx.dtype), None, None
+'''
+
+SUITE = '''
+import collections
+
+import torch
+
+from arg_ops import Applies, Casts, Mode, Reshapes, Slices, TakesAnything
+
+
+class Hostile:
+    """Refuses to be compared, hashed, printed or pickled."""
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparing")
+
+    def __hash__(self):
+        raise RuntimeError("no hashing")
+
+    def __repr__(self):
+        raise RuntimeError("no printing")
+
+    def __reduce__(self):
+        raise RuntimeError("no pickling")
+
+
+def x():
+    return torch.randn(4, 6, requires_grad=True)
+
+
+def run(value):
+    TakesAnything.apply(x(), value).sum().backward()
+
+
+def test_size():
+    Reshapes.apply(x(), torch.Size([6, 4])).sum().backward()
+
+
+def test_dtype_and_device():
+    Casts.apply(x(), torch.float64, torch.device("cpu")).sum().backward()
+
+
+def test_enum():
+    run(Mode.FAST)
+
+
+def test_dict_of_values():
+    run({"eps": 1e-5, "mode": "fast", "layers": [1, 2]})
+
+
+def test_dict_of_tensors():
+    run({"weight": torch.randn(6), "bias": torch.randn(6)})
+
+
+def test_generator():
+    run(torch.Generator().manual_seed(3))
+
+
+def test_module():
+    run(torch.nn.Linear(6, 6))
+
+
+def test_function():
+    Applies.apply(x(), torch.neg, -1.0).sum().backward()
+
+
+def test_lambda():
+    Applies.apply(x(), lambda t: t * 5, 5.0).sum().backward()
+
+
+def test_odict_keys():
+    run(torch.nn.Linear(2, 2).state_dict().keys())
+
+
+def test_none():
+    run(None)
+
+
+def test_tuple_of_tensors():
+    run((torch.randn(3), torch.randn(3, requires_grad=True)))
+
+
+def test_slice():
+    Slices.apply(x(), slice(1, 3)).sum().backward()
+
+
+def test_range():
+    run(range(5))
+
+
+def test_hostile():
+    run(Hostile())
+'''
+
+TESTS = 15
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arguments")
+    (folder / "arg_ops.py").write_text(OPS)
+    (folder / "test_arguments.py").write_text(SUITE)
+    return folder
+
+
+def run_suite(folder, *options):
+    return run_pytest(folder, *options, "test_arguments.py")
+
+
+@pytest.fixture(scope="module")
+def report(suite):
+    return run_suite(suite, "--backward-check", "--backward-check-budget=all")
+
+
+def test_the_suite_passes_without_the_plugin(suite):
+    code, output = run_suite(suite)
+    assert code == 0 and f"{TESTS} passed" in output, output
+
+
+def test_the_suite_passes_under_the_plugin_and_every_call_is_recorded(report):
+    code, output = report
+    assert code == 0 and f"{TESTS} passed" in output, output
+    assert "not recorded" not in output and "itself failed" not in output, output
+    table = output.split("= backward-check =", 1)[1]
+    for op in ("arg_ops.TakesAnything", "arg_ops.Reshapes", "arg_ops.Applies", "arg_ops.Slices", "arg_ops.Casts"):
+        assert f"\n{op}\n" in table, op
+
+
+@pytest.mark.parametrize("op, words", [
+    ("arg_ops.Reshapes", "float32 2-d, torch.Size([6, 4])"),
+    ("arg_ops.Casts", "float32 2-d, torch.float64, cpu"),
+    ("arg_ops.TakesAnything", "float32 2-d, Mode.FAST"),
+    ("arg_ops.TakesAnything", "float32 2-d, {eps: 1e-05, mode: 'fast', layers: [1, 2]}"),
+    ("arg_ops.TakesAnything", "float32 2-d, {weight: float32 1-d (no grad), bias: float32 1-d (no grad)}"),
+    ("arg_ops.TakesAnything", "float32 2-d, Generator"),
+    ("arg_ops.TakesAnything", "float32 2-d, Linear"),
+    ("arg_ops.TakesAnything", "float32 2-d, odict_keys"),
+    ("arg_ops.TakesAnything", "float32 2-d, None"),
+    ("arg_ops.TakesAnything", "float32 2-d, (float32 1-d (no grad), float32 1-d)"),
+    ("arg_ops.TakesAnything", "float32 2-d, range"),
+    ("arg_ops.TakesAnything", "float32 2-d, Hostile"),
+    ("arg_ops.Applies", "float32 2-d, neg, -1.0"),
+    ("arg_ops.Applies", "float32 2-d, <lambda>, 5.0"),
+    ("arg_ops.Slices", "float32 2-d, slice"),
+], ids=lambda value: value if "." not in value[:4] else None)
+def test_each_argument_is_shown_in_its_row(report, op, words):
+    """A row's arguments, its first line's column and the lines that go on with it, read back whole."""
+    from backward_check.findings import ARGUMENTS_WIDTH
+    _, output = report
+    arguments = []
+    for line in row(output, op, whole=True):
+        if line.startswith("    ("):  # a note
+            continue
+        cell = line[2:2 + ARGUMENTS_WIDTH].strip()
+        if not line.startswith("   "):
+            arguments.append(cell)
+        elif cell:
+            arguments[-1] += " " + cell
+    assert words in arguments, arguments
+
+
+def test_the_checks_that_can_decide_are_clean(report):
+    """The ops are right: every row that was checked is clean (or could not decide), never a trap."""
+    _, output = report
+    table = output.split("= backward-check =", 1)[1].split("calls of")[0]
+    assert "TRAP" not in table and "FAULT" not in table, table
+    for op in ("arg_ops.Reshapes", "arg_ops.Casts", "arg_ops.Slices"):
+        assert row(output, op, whole=True)[0].rstrip().endswith("clean"), row(output, op, whole=True)
+
+
+@pytest.mark.parametrize("op, words, refused", [
+    ("arg_ops.TakesAnything", "odict_keys", "its argument 1 (a odict_keys) cannot be sent to a worker process: "
+                                            "pickle refuses it (TypeError: cannot pickle 'odict_keys' object)"),
+    ("arg_ops.TakesAnything", "Hostile", "its argument 1 (a Hostile) cannot be sent to a worker process: pickle "
+                                         "refuses it (RuntimeError: no pickling)"),
+    ("arg_ops.Applies", "<lambda>", "its argument 1 (a function) cannot be sent to a worker process: pickle refuses"),
+], ids=["odict_keys", "hostile", "lambda"])
+def test_an_argument_the_worker_cannot_be_sent_is_named_and_checked_in_a_forked_process(report, op, words, refused):
+    """On a GPU (the suite's process holding a CUDA context), not checked, naming the argument."""
+    _, output = report
+    lines = row(output, op, whole=True)
+    start = next(i for i, line in enumerate(lines) if words in line and not line.startswith("   "))
+    if suite_holds_cuda():
+        assert f"not checked: {refused}" in lines[start] and "cannot use its CUDA context" in lines[start], lines
+        return
+    note = next(line for line in lines[start + 1:] if line.startswith("    ("))
+    assert note.startswith(f"    (checked in a process forked from the suite's: {refused}"), note
+    assert lines[start].rstrip().endswith(("clean", "undecided (no trap found, but not every check could decide)")), \
+        lines[start]
+
+
+# -- where a check runs when the worker cannot take it, on the selection's side of check_protected ---------------
+
+class Doubles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, fn):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * 2, None
+
+
+class NoWorker:
+    """A worker that cannot take the call, as for an argument pickle refuses."""
+    timeout = 120.0
+
+    def check(self, call, job):
+        return None, "its argument 1 (a function) cannot be sent to a worker process"
+
+
+class Quiet:
+    quiet = 0
+
+
+def protected_verdict(monkeypatch, fork, cuda):
+    from backward_check import worker
+    from backward_check.recording import copy_value, signature_of, RecordedCall
+    monkeypatch.setattr(worker, "can_fork", lambda: fork)
+    monkeypatch.setattr(worker, "cuda_initialised", lambda: cuda)
+    args = (torch.randn(3, 4, requires_grad=True), lambda t: t)
+    signature, described = signature_of(args, {}, {})
+    call = RecordedCall(Doubles, "Doubles", signature, described, (), "t", 0, copy_value(args), {})
+    return worker.check_protected(NoWorker(), call, worker.job_of(call, ()), Quiet())
+
+
+def test_a_forked_process_where_the_platform_forks_and_no_cuda_context_is_held(monkeypatch):
+    verdict = protected_verdict(monkeypatch, fork=True, cuda=False)
+    assert verdict.status == "clean", verdict
+    assert verdict.note == "checked in a process forked from the suite's: its argument 1 (a function) cannot be " \
+                           "sent to a worker process"
+
+
+def test_the_suites_process_where_the_platform_cannot_fork_and_no_cuda_context_is_held(monkeypatch):
+    verdict = protected_verdict(monkeypatch, fork=False, cuda=False)
+    assert verdict.status == "clean", verdict
+    assert verdict.note == "checked in the suite's own process: its argument 1 (a function) cannot be sent to a " \
+                           "worker process, and this platform cannot fork a process for it"
+
+
+def test_skipped_where_the_suites_process_holds_a_cuda_context(monkeypatch):
+    verdict = protected_verdict(monkeypatch, fork=False, cuda=True)
+    assert verdict.status == "not checked", verdict
+    assert verdict.summary == "not checked: its argument 1 (a function) cannot be sent to a worker process, and a " \
+                             "process forked from the suite's cannot use its CUDA context, while a check in the " \
+                             "suite's own process could lose it"

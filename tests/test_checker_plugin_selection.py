@@ -1,0 +1,244 @@
+"""Which signatures pytest --backward-check checks (backward-check/backward_check/selection.py): the ones that can
+reveal most, within a time budget, with the copies held within a memory bound.
+
+A small loss library of this file's own, shaped like a fused cross-entropy: its backward is right for
+reduction='sum' and 'mean', whose grad_output is one number, and wrong for 'none', where it multiplies every row
+by the first row's grad_output. Its tests, like many a library's, call 'sum' and 'mean' first, in two dtypes, and
+backpropagate a uniform grad_output, so they pass. With the default options the plugin must name the bug; with a
+count limit of 3 signatures it must still (a value not yet checked goes before a dtype); and the table says what
+it left out, and why. The ranking itself, a budget that allows a few checks, and the memory bound are tested on
+the selection directly, with no process and no clock.
+"""
+import re
+import subprocess
+import sys
+
+import pytest
+from plugin_runs import row, run_pytest
+
+LOSSES = '''
+import torch
+
+
+class CrossEntropy(torch.autograd.Function):
+    """Cross-entropy over the rows of logits, summed, averaged or per row."""
+
+    @staticmethod
+    def forward(ctx, logits, target, reduction, label_smoothing):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        smooth = -logp.mean(dim=-1)
+        picked = -logp.gather(1, target[:, None]).squeeze(1)
+        loss = (1 - label_smoothing) * picked + label_smoothing * smooth
+        ctx.save_for_backward(logits, target)
+        ctx.reduction, ctx.label_smoothing = reduction, label_smoothing
+        if reduction == "sum":
+            return loss.sum().to(logits.dtype)
+        if reduction == "mean":
+            return loss.mean().to(logits.dtype)
+        return loss.to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logits, target = ctx.saved_tensors
+        p = torch.softmax(logits.float(), dim=-1)
+        onehot = torch.nn.functional.one_hot(target, logits.shape[-1]).float()
+        smoothing = ctx.label_smoothing
+        grad = p - (1 - smoothing) * onehot - smoothing / logits.shape[-1]
+        if ctx.reduction == "mean":
+            grad = grad / logits.shape[0]
+        if ctx.reduction == "none":
+            grad = grad * grad_output.reshape(-1)[0].float()  # the bug: one row's grad_output for every row
+        else:
+            grad = grad * grad_output.float()
+        return grad.to(logits.dtype), None, None, None
+'''
+
+LOSS_TESTS = '''
+import pytest
+import torch
+
+from losses import CrossEntropy
+
+
+@pytest.mark.parametrize("shape", [(3, 20)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_correctness(shape, dtype, reduction):
+    torch.manual_seed(0)
+    logits = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    target = torch.randint(0, shape[1], (shape[0],))
+    expected_logits = logits.detach().float().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(expected_logits, target, reduction=reduction)
+    loss = CrossEntropy.apply(logits, target, reduction, 0.0)
+    torch.testing.assert_close(loss.float(), expected, atol=1e-2, rtol=1e-2)
+    loss.backward(torch.ones_like(loss))      # a uniform grad_output: 'none' passes here
+    expected.backward(torch.ones_like(expected))
+    torch.testing.assert_close(logits.grad.float(), expected_logits.grad, atol=1e-2, rtol=1e-2)
+'''
+
+
+def run_suite(folder, *options):
+    """The loss library's tests under the plugin: (exit status, output)."""
+    (folder / "losses.py").write_text(LOSSES)
+    (folder / "test_losses.py").write_text(LOSS_TESTS)
+    return run_pytest(folder, "--backward-check", *options, "test_losses.py")
+
+
+def test_the_order_of_the_calls_hides_the_bug_from_the_suite_itself(tmp_path):
+    """The premise: the library's own tests pass, and call 'none' last."""
+    (tmp_path / "losses.py").write_text(LOSSES)
+    (tmp_path / "test_losses.py").write_text(LOSS_TESTS)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
+                           "test_losses.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    ids = [line.split("[")[1] for line in done.stdout.splitlines() if "::" in line]
+    assert [i.split("-")[:2] for i in ids] == [["sum", "dtype0"], ["sum", "dtype1"], ["mean", "dtype0"],
+                                                   ["mean", "dtype1"], ["none", "dtype0"], ["none", "dtype1"]], ids
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_losses.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout
+
+
+def test_the_default_options_name_the_bug_in_none(tmp_path):
+    code, output = run_suite(tmp_path)
+    assert code == 0, output
+    rows = row(output, "losses.CrossEntropy", whole=True)
+    none = [r for r in rows if "'none'" in r]
+    assert none and all("TRAP assumes a uniform grad_output" in r for r in none), rows
+    assert not [r for r in rows if ("'sum'" in r or "'mean'" in r) and "TRAP" in r], rows
+    # every signature is checked, or counted left out (on a slow machine the budget's floor may not hold six)
+    checked = [r for r in rows if r.startswith("  ") and not r.startswith(("   ", "  ("))]
+    left_out = re.search(r"^  \((\d+) more signatures? not checked: ", "\n".join(rows), re.M)
+    assert len(checked) + (int(left_out[1]) if left_out else 0) == 6, rows
+
+
+def test_a_value_not_yet_checked_goes_before_a_dtype(tmp_path):
+    """With room for three signatures, the three reductions are checked (the first in bfloat16), not float32's
+    'sum' and 'mean' that came before 'none'; the table says what the limit left out, and the one option that
+    checks everything."""
+    code, output = run_suite(tmp_path, "--backward-check-limit", "3")
+    assert code == 0, output
+    rows = row(output, "losses.CrossEntropy", whole=True)
+    checked = [r for r in rows if "bfloat16" in r or "float32" in r]
+    assert [("'sum'" in r, "'mean'" in r, "'none'" in r) for r in checked] == \
+        [(True, False, False), (False, True, False), (False, False, True)], rows
+    assert all("bfloat16" in r for r in checked), rows
+    assert "TRAP assumes a uniform grad_output" in checked[2], rows
+    assert "  (3 more signatures not checked: 3 past --backward-check-limit 3: 3 with a new dtype)" in rows, rows
+
+
+# -- the ranking, on the selection alone -------------------------------------------------------------
+
+def loss_call(name, dtype, reduction, test, rank=2, smoothing=0.0):
+    """A RecordedCall of the loss, as the recorder makes it (signature and all), without a process."""
+    import torch
+    from backward_check.recording import RecordedCall, signature_of
+    logits = torch.zeros((3,) * rank, dtype=dtype, requires_grad=True)
+    target = torch.zeros(3, dtype=torch.long)
+    signature, described = signature_of((logits, target, reduction, smoothing), {}, {})
+    return RecordedCall(None, name, signature, described, (), test, nbytes=1000)
+
+
+class Checks:
+    """A budget that allows `allowed` checks, and the selection over it."""
+
+    def __init__(self, allowed, memory_bytes=10 ** 9, limit=None):
+        from backward_check.selection import Budget, Selection
+        self.budget = Budget(factor=1.0, floor=allowed)
+        self.selection = Selection(self.budget, memory_bytes, limit)
+        self.picked = []
+
+    def offer(self, call):
+        self.selection.offer(call, lambda: ((), {}))
+
+    def run(self, test=None):
+        while (call := self.selection.next_call(test)) is not None:
+            self.selection.checked_here(call, 1.0)
+            self.budget.spent += 1.0
+            self.picked.append(call.described)
+
+
+LIGER_ORDER = [("bfloat16", "sum"), ("float32", "sum"), ("bfloat16", "mean"), ("float32", "mean"),
+               ("bfloat16", "none"), ("float32", "none")]
+
+
+@pytest.mark.parametrize("allowed", [3, 4, 5])
+def test_a_budget_of_a_few_checks_takes_every_value_first(allowed):
+    import torch
+    checks = Checks(allowed)
+    for i, (dtype, reduction) in enumerate(LIGER_ORDER):
+        test = f"test_correctness[{i}]"
+        checks.offer(loss_call("loss", getattr(torch, dtype), reduction, test))
+        checks.run(test)
+    checks.run()
+    checks.selection.give_up()
+    assert checks.picked[:3] == ["bfloat16 2-d, int64 1-d, 'sum', 0.0", "bfloat16 2-d, int64 1-d, 'mean', 0.0",
+                                 "bfloat16 2-d, int64 1-d, 'none', 0.0"]
+    assert checks.picked[3:] == ["float32 2-d, int64 1-d, 'sum', 0.0", "float32 2-d, int64 1-d, 'mean', 0.0"][
+        :allowed - 3]
+    assert len(checks.selection.left_out["loss"]) == 6 - allowed
+
+
+def test_the_tiers_value_dtype_shape_then_combinations():
+    import torch
+    from backward_check.selection import COMBINATION, DTYPE, FIRST, SHAPE, VALUE, features, tier
+    first = loss_call("loss", torch.float32, "sum", "t")
+    covered = set(features(first.signature))
+    assert tier(features(first.signature), None) == FIRST
+    assert tier(features(loss_call("loss", torch.float32, "none", "t").signature), covered) == VALUE
+    assert tier(features(loss_call("loss", torch.float32, "sum", "t", smoothing=0.1).signature), covered) == VALUE
+    assert tier(features(loss_call("loss", torch.float64, "sum", "t").signature), covered) == DTYPE
+    assert tier(features(loss_call("loss", torch.float32, "sum", "t", rank=3).signature), covered) == SHAPE
+    covered |= features(loss_call("loss", torch.float64, "none", "t").signature)
+    assert tier(features(loss_call("loss", torch.float64, "sum", "t").signature), covered) == COMBINATION
+
+
+def test_none_against_a_tensor_is_a_new_value():
+    import torch
+    from backward_check.recording import signature_of
+    from backward_check.selection import VALUE, features, tier
+    x = torch.zeros(3, requires_grad=True)
+    with_bias, _ = signature_of((x, torch.zeros(3)), {}, {})
+    without, _ = signature_of((x, None), {}, {})
+    assert tier(features(without), set(features(with_bias))) == VALUE
+    assert tier(features(with_bias), set(features(without))) == VALUE
+
+
+def test_a_number_that_changes_in_every_test_makes_a_handful_of_signatures():
+    """The first few values of a number are told apart, then only its sign: 0, 1.5, 2.5, 3.5 and 4.5 make five
+    keys, and a hundred more positive floats none."""
+    import torch
+    from backward_check.recording import NUMBER_VALUES_TOLD_APART, signature_of
+    x = torch.zeros(3, requires_grad=True)
+    told_apart = {}
+    signatures = {signature_of((x, v), {}, told_apart)[0] for v in [0.0, 1.5, 2.5, 3.5, 4.5, -1.0, -2.0]}
+    signatures |= {signature_of((x, 5.0 + i / 7), {}, told_apart)[0] for i in range(100)}
+    assert NUMBER_VALUES_TOLD_APART == 3
+    assert len(signatures) == 1 + 3 + 2  # 0.0; 1.5, 2.5, 3.5; then > 0 and < 0
+    ints = {signature_of((x,), {"block": b}, told_apart)[0] for b in (64, 128, 256, 64, 512, 1024)}
+    assert len(ints) == 4
+
+
+def test_the_memory_bound_drops_the_least_revealing_copies_first():
+    """Room for two calls' copies, held by two combinations of what was checked: a call that brings a new value
+    pushes out the later one, and a third combination is not copied at all."""
+    import torch
+    from backward_check.selection import COMBINATION, MEMORY, VALUE
+    checks = Checks(allowed=10, memory_bytes=2000)
+    for i, (dtype, reduction, smoothing) in enumerate([(torch.float32, "sum", 0.0), (torch.float64, "none", 0.1)]):
+        checks.offer(loss_call("loss", dtype, reduction, f"t{i}", smoothing=smoothing))
+        checks.run()
+    earlier = loss_call("loss", torch.float64, "sum", "t2", smoothing=0.0)
+    later = loss_call("loss", torch.float32, "none", "t3", smoothing=0.0)
+    for call in (earlier, later):
+        checks.offer(call)
+        assert checks.selection.tier(call) == COMBINATION
+    assert checks.selection.held_bytes == 2000
+    value = loss_call("loss", torch.float32, "mean", "t4")
+    checks.offer(value)
+    assert checks.selection.waiting == [earlier, value] and later.args is None
+    assert checks.selection.left_out["loss"] == {later.key: (MEMORY, COMBINATION)}
+    last = loss_call("loss", torch.float32, "sum", "t5", smoothing=0.1)
+    checks.offer(last)
+    assert checks.selection.waiting == [earlier, value] and last.args is None
+    assert checks.selection.left_out["loss"] == {later.key: (MEMORY, COMBINATION), last.key: (MEMORY, COMBINATION)}
+    assert checks.selection.tier(value) == VALUE and checks.selection.held_bytes == 2000
