@@ -1,11 +1,14 @@
 """The checker as a package of its own (backward-check/pyproject.toml): it installs with pip into a folder
 that holds nothing of the book, leaving its source folder as it was, and with its dependencies into a fresh
 venv that lacks them; its example test file passes there, fails with the report on a planted bug, and
-assert_backward keeps to its contract. Its pytest plugin loads beside a checkout's copy."""
+assert_backward keeps to its contract. Its pytest plugin loads beside a checkout's copy, records on every
+form torch has given Function.apply, and stops with a usage error on a torch it cannot record from."""
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,6 +224,93 @@ def test_the_pages_name_the_test_extra_and_torchs_cpu_build(page):
     the CUDA build, GBs of nvidia packages)."""
     text = " ".join((REPO / page).read_text().split())
     assert 'pip install "./backward-check[test]"' in text and CPU_TORCH in text, page
+
+
+# torch 2.14's Function.apply: _C._FunctionBase's own classmethod_descriptor, with no __func__ to call.
+TORCH_2_14_APPLY = '''
+    import torch
+
+    torch.autograd.Function.apply = torch._C._FunctionBase.__dict__["apply"]
+'''
+
+# A torch whose Function.apply is a callable that binds to no class (no __get__): no hook can call it as a
+# classmethod.
+UNBINDABLE_APPLY = '''
+    import torch
+
+
+    class Unbindable:
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("not called as a classmethod")
+
+
+    torch.autograd.Function.apply = Unbindable()
+'''
+
+
+def test_the_plugin_records_through_torch_2_14s_function_apply(installed, tmp_path):
+    """On torch 2.14 and later Function.apply is torch's C classmethod_descriptor, and the plugin crashed pytest
+    (INTERNALERROR: 'classmethod_descriptor' object has no attribute '__func__'); on any torch, this suite sets
+    that form and the planted bug is named."""
+    done = run_pytest(installed, write_suite(tmp_path, TORCH_2_14_APPLY), "--backward-check")
+    assert "INTERNALERROR" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and "1 passed" in done.stdout and FOUND in done.stdout, done.stdout[-3000:]
+
+
+def test_a_torch_the_plugin_cannot_record_from_stops_with_a_usage_error(installed, tmp_path):
+    """Not an INTERNALERROR: pytest's usage error (exit 4), naming the torch and what to do."""
+    done = run_pytest(installed, write_suite(tmp_path, UNBINDABLE_APPLY), "--backward-check")
+    output = done.stdout + done.stderr
+    assert done.returncode == 4 and "INTERNALERROR" not in output and "Traceback" not in output, output[-3000:]
+    assert (f"ERROR: --backward-check cannot record the calls of autograd.Functions on torch {torch.__version__}: "
+            f"a Function applied under the patch raised AttributeError") in done.stderr, done.stderr
+    assert "Run the suite without --backward-check, or with a torch the plugin is tested on" in done.stderr
+
+
+def apply_read_only_on_the_metaclass(monkeypatch, torch_apply):
+    """A torch whose Function.apply is a property of the Functions' metaclass, with no setter."""
+    monkeypatch.setattr(type(torch.autograd.Function), "apply", property(lambda cls: torch_apply.__get__(None, cls)),
+                        raising=False)
+
+
+def apply_of_each_subclass_its_own(monkeypatch, torch_apply):
+    """A torch that gives each Function subclass an apply of its own as it is made: a patch on Function is in
+    place, and no call of a subclass reaches it."""
+    meta = type(torch.autograd.Function)
+    make = meta.__init__
+
+    def init(cls, *args, **kwargs):
+        make(cls, *args, **kwargs)
+        cls.apply = torch_apply
+
+    monkeypatch.setattr(meta, "__init__", init)
+
+
+@pytest.mark.parametrize("simulate, why", [
+    (apply_read_only_on_the_metaclass, "patching it raised AttributeError"),
+    (apply_of_each_subclass_its_own, "a Function applied under the patch never reached it"),
+])
+def test_a_patch_that_fails_or_records_nothing_is_a_usage_error_and_is_undone(monkeypatch, simulate, why):
+    """install proves its patch on a Function of its own; where the patch fails, or no call reaches it, it says
+    why and leaves torch as it found it."""
+    from torch._library.custom_ops import CustomOpDef
+
+    from backward_check.recording import Recorder
+    function = torch.autograd.Function
+    torch_apply, torch_call = inspect.getattr_static(function, "apply"), CustomOpDef.__dict__["__call__"]
+    simulate(monkeypatch, torch_apply)
+    with pytest.raises(pytest.UsageError, match=f"on torch {re.escape(torch.__version__)}: {why}"):
+        Recorder(limit=2).install()
+    assert function.__dict__["apply"] is torch_apply and CustomOpDef.__dict__["__call__"] is torch_call
+
+
+def test_the_usage_error_names_the_releases_the_version_matrix_runs():
+    from backward_check.recording import Recorder
+    spec = importlib.util.spec_from_file_location("version_matrix", REPO / "tools" / "version_matrix.py")
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    minor = lambda release: ".".join(release.split(".")[:2])  # noqa: E731
+    assert Recorder.TESTED_TORCH == f"{minor(matrix.RELEASES[0])} to {minor(matrix.RELEASES[-1])}"
 
 
 def test_the_example_test_file_passes_with_the_installed_package(installed, tmp_path):
