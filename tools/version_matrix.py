@@ -83,7 +83,8 @@ def installed_versions(python):
 
 
 def row_environment(python):
-    env = dict(os.environ, PYTHON=str(python), COLUMNS="400")  # pytest's summary lines uncut
+    """What the checks and tests run with: pip's as the rows install (the package's tests run pip too)."""
+    env = dict(pip_environment(), PYTHON=str(python), COLUMNS="400")  # pytest's summary lines uncut
     env.pop("TRITON_INTERPRET", None)
     return env
 
