@@ -73,6 +73,10 @@ def run_pytest(python_path, test_file, *options, python=sys.executable):
 
 # What the fresh venv below may see of this interpreter's packages: these, and what they require.
 SHARED = ("torch", "triton", "pytest")
+# The package README's install line for torch 2.4 and 2.5 without a GPU: the interpreter of their Tritons (3.0,
+# 3.1) stores nothing under NumPy 2, the NumPy pip would otherwise take.
+TRITON_RELEASE = tuple(int(part) for part in importlib.metadata.version("triton").split(".")[:2])
+NUMPY_FOR_THIS_TRITON = ["numpy<2"] if TRITON_RELEASE < (3, 2) and not torch.cuda.is_available() else []
 
 
 def required_closure(names):
@@ -113,9 +117,9 @@ def environment_without_python_paths():
     return {k: v for k, v in os.environ.items() if k not in hidden}
 
 
-def planned_install(python, requirement):
-    """The names of the distributions `pip install requirement` would install into python's venv (a dry run)."""
-    plan = pip_install("--dry-run", "--quiet", "--report", "-", requirement, python=python,
+def planned_install(python, *requirements):
+    """The names of the distributions `pip install requirements` would install into python's venv (a dry run)."""
+    plan = pip_install("--dry-run", "--quiet", "--report", "-", *requirements, python=python,
                        env=environment_without_python_paths())
     return {canonicalize_name(item["metadata"]["name"]) for item in json.loads(plan.stdout)["install"]}
 
@@ -335,9 +339,10 @@ def test_the_package_installs_what_it_needs_into_a_venv_without_numpy(tmp_path):
     assert all(m in sees for m in SHARED) and all(sees[m] for m in SHARED), sees
 
     # Resolve first and look: torch is a multi-GB download that pip must take as installed, never fetch.
-    planned = planned_install(python, str(PACKAGE))
+    requirements = [str(PACKAGE), *NUMPY_FOR_THIS_TRITON]
+    planned = planned_install(python, *requirements)
     assert not planned & set(shared), f"pip would install again what the venv already has: {planned & set(shared)}"
-    pip_install("--quiet", str(PACKAGE), python=python, env=environment_without_python_paths())
+    pip_install("--quiet", *requirements, python=python, env=environment_without_python_paths())
     installed_here = sorted(p.name.split("-")[0] for p in site_packages.glob("*.dist-info"))
     assert installed_here == sorted(canonicalize_name(n).replace("-", "_") for n in planned), installed_here
 
