@@ -164,7 +164,8 @@ def render(results_file, table_file):
     # By Python, then torch release; for one release, the default NumPy's row before its fix.
     rows.sort(key=lambda row: (numbers(row.get("python", "")), numbers(row.get("torch", "")),
                                [-n for n in numbers(row.get("numpy", ""))]))
-    plugin_rows = [row for row in rows if row.get("mode") == "plugin"]
+    # A release measured again (at a later tree) shows its last row; the file keeps every one.
+    plugin_rows = list({(row["label"], row.get("python")): row for row in rows if row.get("mode") == "plugin"}.values())
     rows = [row for row in rows if row.get("mode") != "plugin"]
 
     out = ["| Python | torch | triton | numpy | `./check_outputs.sh` | `pytest` | install, check, test (s) |",
