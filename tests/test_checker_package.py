@@ -147,8 +147,7 @@ def files_under(folder):
 
 def test_installing_leaves_the_source_folder_as_it_was(tmp_path):
     """pip install ./backward-check builds out of the tree: no build/ or egg-info folder left beside the source
-    (setuptools left both, and the egg-info folder, on PYTHONPATH, registered the plugin a second time). On a
-    copy, so that what an earlier install left in the checkout cannot hide it."""
+    (setuptools left both). On a copy, so that what an earlier install left in the checkout cannot hide it."""
     source = tmp_path / "backward-check"
     shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     before = files_under(source)
