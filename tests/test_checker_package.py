@@ -71,8 +71,10 @@ def run_pytest(python_path, test_file, *options, python=sys.executable):
                           cwd=test_file.parent, capture_output=True, text=True, timeout=600, env=env)
 
 
-# What the fresh venv below may see of this interpreter's packages: these, and what they require.
-SHARED = ("torch", "triton", "pytest")
+# What the fresh venv below may see of this interpreter's packages: these, and what they require; and setuptools
+# where this interpreter has it, as a venv made by `python -m venv` before Python 3.12 has it (Triton 3.0, torch
+# 2.4's, imports it without requiring it).
+SHARED = ("torch", "triton", "pytest", *(["setuptools"] if importlib.util.find_spec("setuptools") else []))
 # The package README's install line for torch 2.4 and 2.5 without a GPU: the interpreter of their Tritons (3.0,
 # 3.1) stores nothing under NumPy 2, the NumPy pip would otherwise take.
 TRITON_RELEASE = tuple(int(part) for part in importlib.metadata.version("triton").split(".")[:2])
@@ -325,13 +327,13 @@ def test_the_example_test_file_passes_with_the_installed_package(installed, tmp_
 
 def test_the_package_installs_what_it_needs_into_a_venv_without_numpy(tmp_path):
     """pip install ./backward-check with its dependencies, into a venv that sees torch, triton and pytest (this
-    interpreter's, shared through a .pth) but not numpy, which Triton's interpreter computes with: the
+    interpreter's, shared through a .pth; setuptools too, where it is here) but not numpy, which Triton's interpreter computes with: the
     example passes there. A package declaring only torch fails here as it does for a reader."""
     shared = required_closure(SHARED)
     assert "numpy" not in shared, "torch, triton or pytest requires numpy here: the venv could not lack it"
     python, site_packages = fresh_venv_sharing(tmp_path, shared)
     sees = subprocess.run([python, "-c", "import importlib.util as u, json; print(json.dumps({m: u.find_spec(m) "
-                           "is not None for m in ('torch', 'triton', 'pytest', 'numpy')}))"],
+                           f"is not None for m in {(*SHARED, 'numpy')!r}}}))"],
                           capture_output=True, text=True, check=True, env=environment_without_python_paths())
     sees = json.loads(sees.stdout)
     assert sees.pop("numpy") is False, "the fresh venv imports numpy: it cannot show that the package asks for it"
