@@ -22,18 +22,20 @@ gradients, integer tensors, numbers, strings and None pass through unchanged. Wi
 reference it compares against finite differences, with a step that follows the precision
 the op really computes in.
 
-From a terminal, on a file that defines Functions::
+From a terminal, on a file that defines Functions (or imports them: name one with --function)::
 
     python practice/backward_checker.py my_ops.py [--function NAME] [--second-order]
 
-What the file may define (``--help`` says the same) is in FILE_HELP below. Exit status: 0 when no
-Function has a trap, 1 when one does, 2 on a usage error (the other Functions are still checked).
-Runs on a GPU, or on the CPU through Triton's interpreter.
+The file is imported as Python runs a script, its own folder first on the import path, so it may
+import the modules beside it. What the file may define (``--help`` says the same) is in FILE_HELP
+below. Exit status: 0 when no Function has a trap, 1 when one does, 2 on a usage error (the other
+Functions are still checked). Runs on a GPU, or on the CPU through Triton's interpreter.
 """
 import argparse
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -45,12 +47,19 @@ from backward_check import (BACKEND, DEVICE, TRAPS, Finding, Report, Sample, Usa
 from backward_check.calling import _forward_parameters, clip  # noqa: E402
 from backward_check.report import CRASHES  # noqa: E402
 from backward_check.runner import FORWARD  # noqa: E402
+from backward_check.truth import DIRECTIONS, FD_MAX_CALLS, FD_MAX_S  # noqa: E402
 
 import torch  # noqa: E402
 
 __all__ = ["check_backward", "Sample", "Report", "Finding", "TRAPS", "UsageError", "DEVICE", "BACKEND", "main"]
 
-FILE_HELP = """\
+DESCRIPTION = """\
+Check the backward of each autograd.Function a file defines: call it the ways autograd
+really calls it (random, uniform, stride-0 and narrow-view grad_outputs, fan-in, each
+input frozen, inputs grown past several blocks, backward twice) and name each trap found,
+against the file's reference or finite differences."""
+
+FILE_HELP = f"""\
 what the file may define, for each Function (a usage error points here):
   example_inputs  a function returning the forward's arguments: a tuple of positional
                   arguments, or a dict of keyword arguments (or a dict of such functions
@@ -59,19 +68,32 @@ what the file may define, for each Function (a usage error points here):
                   takes one unannotated parameter), and keeps every default; it cannot
                   make up numbers, strings or several unannotated parameters.
   reference       the same op in differentiable torch ops, taking the same arguments (or a
-                  dict keyed by Function name). Without it, finite differences, which are
-                  refused past 4,000 calls of the op (about a thousand input elements).
+                  dict keyed by Function name). Without it, finite differences: element
+                  by element up to {FD_MAX_CALLS:,} calls of the op (about {FD_MAX_CALLS // 4:,} input elements),
+                  along {sum(DIRECTIONS.values())} random directions past that; an op too slow for them in
+                  {FD_MAX_S / 60:.0f} minutes needs a reference.
   no_grad         the names of floating-point arguments the op takes no gradient for (a
                   rotary cos/sin table, a running statistic): the checker never changes them.
 A Function may instead carry its own example_inputs, reference and no_grad as static
-methods or class attributes. Exit status: 0 no trap found, 1 a trap found, 2 a usage error.
+methods or class attributes. The file is imported with its own folder on the import
+path, so it may import the modules beside it. A report counts the op's outputs from 0,
+as Python indexes what forward returns: output 0 is the first.
+Exit status: 0 no trap found, 1 a trap found, 2 a usage error.
 """
+# A report names the op's outputs by their index in what forward returns.
+OUTPUT_NUMBERED = re.compile(r"\boutput \d+\b")
+OUTPUTS_FROM_0 = "  (outputs are counted from 0, as Python indexes what forward returns: output 0 is the first)"
 
 
 def functions_in(module):
-    return {name: obj for name, obj in vars(module).items()
-            if isinstance(obj, type) and issubclass(obj, torch.autograd.Function)
-            and obj.__module__ == module.__name__}
+    """(defined, imported): the Function subclasses the file's namespace holds, by name: those it defines, and
+    those it imports (torch's own aside)."""
+    defined, imported = {}, {}
+    for name, obj in vars(module).items():
+        if isinstance(obj, type) and issubclass(obj, torch.autograd.Function) and \
+                obj.__module__.split(".")[0] != "torch":
+            (defined if obj.__module__ == module.__name__ else imported)[name] = obj
+    return defined, imported
 
 
 def provided(module, function, name, attribute):
@@ -129,6 +151,8 @@ def inputs_for(module, function, name):
 
 
 def load(path):
+    """The file, imported as Python runs a script: its own folder first on the import path."""
+    sys.path.insert(0, str(path.resolve().parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -140,23 +164,28 @@ def load(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Check the backward of each autograd.Function a file defines.",
-                                     epilog=FILE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("file", type=Path, help="a Python file defining torch.autograd.Function subclasses")
-    parser.add_argument("--function", action="append", help="check only this one (repeatable)")
+    parser = argparse.ArgumentParser(description=DESCRIPTION, epilog=FILE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", type=Path, help="a Python file defining (or importing) torch.autograd.Function "
+                                                "subclasses")
+    parser.add_argument("--function", action="append", metavar="NAME",
+                        help="check only this one, defined in the file or imported by it (repeatable)")
     parser.add_argument("--second-order", action="store_true", help="also check create_graph=True")
     args = parser.parse_args(argv)
     if not args.file.is_file():
         parser.error(f"no such file: {args.file}")
     try:
         module = load(args.file)
-        found = functions_in(module)
-        chosen = args.function or list(found)
+        defined, imported = functions_in(module)
+        found = {**imported, **defined}
+        chosen = args.function or list(defined)
+        imports = f" and imports {sorted(imported)}" if imported else ""
         missing = [n for n in chosen if n not in found]
         if missing:
-            raise UsageError(f"{args.file} defines no Function named {missing}; it defines {sorted(found)}")
+            raise UsageError(f"{args.file} defines or imports no Function named {missing}; it defines "
+                             f"{sorted(defined)}{imports}")
         if not chosen:
-            raise UsageError(f"{args.file} defines no torch.autograd.Function")
+            raise UsageError(f"{args.file} defines no torch.autograd.Function" +
+                             (f" (it imports {sorted(imported)}: name one with --function)" if imported else ""))
     except UsageError as error:
         print(f"backward_checker.py: error: {error}", file=sys.stderr)
         return 2
@@ -183,6 +212,8 @@ def main(argv=None):
             misused += 1
             continue
         print(report, flush=True)
+        if OUTPUT_NUMBERED.search(str(report)):
+            print(OUTPUTS_FROM_0, flush=True)
         trapped += not report.clean
     return 2 if misused else 1 if trapped else 0
 

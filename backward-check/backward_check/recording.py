@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import enum
 import hashlib
+import inspect
 import math
 import numbers
 import sys
@@ -320,18 +321,39 @@ class Recorder:
 
     # -- patching -------------------------------------------------------------------------------
 
+    # The torch releases the version matrix (tools/version_matrix.py, docs/version-matrix.md) runs the plugin's
+    # tests on: the usage error names them.
+    TESTED_TORCH = "2.4 to 2.15"
+    INHERITED = object()   # what _patch remembers of an attribute the owner did not hold itself
+
     def install(self):
+        """Patches Function.apply and CustomOpDef.__call__, then applies a tiny Function once to prove that a call
+        reaches the recorder and goes on to autograd. Where it does not (a torch whose Function.apply cannot be
+        wrapped so), the patches are undone and a pytest.UsageError says what to do: never a crash of the suite."""
         recorder = self
-        function = torch.autograd.Function
-        original_apply = function.__dict__["apply"]
+        # Until torch 2.14 a Python classmethod; from 2.14 _C._FunctionBase's own, a classmethod_descriptor (no
+        # __func__). Bound to the class called, either runs as before, with that class.
+        original_apply = inspect.getattr_static(torch.autograd.Function, "apply", None)
 
         def apply(cls, *args, **kwargs):
             if recorder.test is not None and not recorder.quiet:
                 recorder.consider(cls, args, kwargs)
-            return original_apply.__func__(cls, *args, **kwargs)
+            return original_apply.__get__(None, cls)(*args, **kwargs)
 
-        apply.__doc__, apply.__wrapped__ = original_apply.__func__.__doc__, original_apply.__func__
-        self._patch(function, "apply", original_apply, classmethod(apply))
+        apply.__doc__, apply.__wrapped__ = original_apply.__doc__, getattr(original_apply, "__func__", original_apply)
+        try:
+            self._patch(torch.autograd.Function, "apply", classmethod(apply))
+            why_not = self._why_calls_go_unrecorded()
+        except Exception as error:  # noqa: BLE001  (a torch that refuses the patch: said, not a crash)
+            why_not = f"patching it raised {type(error).__name__}: {clip(error)}"
+        if why_not:
+            self.uninstall()
+            import pytest  # the recorder is the pytest plugin's; the package itself needs no pytest
+            raise pytest.UsageError(
+                f"--backward-check cannot record the calls of autograd.Functions on torch {torch.__version__}: "
+                f"{why_not}. Run the suite without --backward-check, or with a torch the plugin is tested on "
+                f"(torch {self.TESTED_TORCH}); please report it, with your torch version. check_backward and "
+                f"assert_backward, called in a test, need no recording.")
         if CustomOpDef is not None:
             original_call = CustomOpDef.__dict__["__call__"]
 
@@ -341,16 +363,51 @@ class Recorder:
                 return original_call(op, *args, **kwargs)
 
             call.__doc__, call.__wrapped__ = original_call.__doc__, original_call
-            self._patch(CustomOpDef, "__call__", original_call, call)
+            self._patch(CustomOpDef, "__call__", call)
 
-    def _patch(self, owner, name, original, replacement):
+    def _why_calls_go_unrecorded(self):
+        """None where a Function applied under the patch reached the recorder, and autograd took its backward;
+        else why not, in words. The recorder's consider is stood in for while it runs: the probe is no test's."""
+
+        class Probe(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output * 2
+
+        reached = []
+        self.test, self.consider = "backward-check's probe", lambda op, args, kwargs: reached.append(op)
+        try:
+            with torch.enable_grad():
+                x = torch.ones(2, requires_grad=True)
+                grad, = torch.autograd.grad(Probe.apply(x), x, torch.tensor([1.0, 3.0]))
+        except Exception as error:  # noqa: BLE001  (why the call failed is the message)
+            return f"a Function applied under the patch raised {type(error).__name__}: {clip(error)}"
+        finally:
+            self.test = None
+            del self.consider
+        if reached != [Probe]:
+            return "a Function applied under the patch never reached it (Function.apply is found elsewhere)"
+        if grad.tolist() != [2.0, 6.0]:
+            return f"a Function applied under the patch did not take its backward (gradient {grad.tolist()})"
+        return None
+
+    def _patch(self, owner, name, replacement):
+        """owner.name = replacement, undone by uninstall (back to the owner's own, or to none: inherited)."""
+        original = owner.__dict__.get(name, self.INHERITED)
         setattr(owner, name, replacement)
         self._patched.append((owner, name, original))
 
     def uninstall(self):
         while self._patched:
             owner, name, original = self._patched.pop()
-            setattr(owner, name, original)
+            if original is self.INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
     # -- recording ------------------------------------------------------------------------------
 
