@@ -384,7 +384,7 @@ def test_the_gaps_of_narrow_views_hold_nan():
         storage = padded.as_strided((padded.untyped_storage().nbytes() // padded.element_size(),), (1,), 0)
         assert storage.isnan().sum() == storage.numel() - x.numel()
     labels = [label for label, _ in strategies.input_layouts_for(seeded_randn(7, seed=13))]
-    assert labels == ["a padded view (`x[:, :d]` of a wider buffer, or `x[::2]`)"]  # a 1-D input too
+    assert labels == [strategies.PADDED]  # a 1-D input too
 
 
 def test_a_kernel_that_takes_the_row_stride_for_granted_is_named_on_a_padded_view():
@@ -409,4 +409,50 @@ def test_a_kernel_that_takes_the_row_stride_for_granted_is_named_on_a_padded_vie
             return 2 * rows_assumed(x) * grad_output
 
     report = check_backward(SquareRowsAssumed, seeded_randn(6, 5, seed=14), reference=lambda x: x * x)
-    assert report.traps == ["assumes a contiguous input"] and "padded view" in str(report), str(report)
+    assert report.traps == ["assumes a contiguous input"] and "`x[..., :5]` of a buffer 8 wide" in str(report), \
+        str(report)
+
+
+class ScaleReadsWeightPacked(torch.autograd.Function):
+    """y = x * w, w broadcast along the rows; the backward reads w's memory as if w were contiguous for x's
+    gradient (as PyTorch's CPU batch_norm reads its weight for an (N, C) input), and w's own gradient is right."""
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        packed = torch.as_strided(w, w.shape, (1,), w.storage_offset())  # BUG: w's strides taken for granted
+        return g * packed, (g * x).sum(dim=0)
+
+
+def test_a_layout_finding_names_the_input_whose_layout_decides_it():
+    """The weight laid out as `weight[::2]` spoils x's gradient, not its own: the finding names the weight, how
+    it was laid out, and x's gradient with how much of it changed; the same op with the weight contiguous is
+    clean of it."""
+    x, w = seeded_randn(8, 4, seed=15), 1 + 0.1 * seeded_randn(4, seed=16)
+    report = check_backward(ScaleReadsWeightPacked, x, w, reference=lambda x, w: x * w, grow=False)
+    finding, = report.findings
+    assert finding.trap.name == "assumes a contiguous input" and finding.input == "`w`", str(report)
+    assert "`w` given as `w[::2]`" in finding.evidence and "strides (2,)" in finding.evidence, finding.evidence
+    assert "`x`'s gradient is NaN or infinite in 16 of 32 elements" in finding.evidence, finding.evidence
+    assert "`w`'s gradient" not in finding.evidence and "reads `w` as if contiguous" in finding.evidence
+
+
+def test_pytorchs_cpu_batch_norm_with_a_strided_weight_is_named_by_its_weight():
+    """PyTorch's own F.batch_norm(training=True) on the CPU reads a strided weight as if contiguous for an (N, C)
+    input (tools/wild/torch_batch_norm.py shows it without the checker); where this PyTorch has the bug, the
+    finding names the weight and the input's gradient."""
+    sys.path.insert(0, str(REPO / "tools" / "wild"))
+    import torch_batch_norm
+    if torch_batch_norm.main([]) != 0:
+        pytest.skip("this PyTorch reads a strided weight right")
+
+    def batch_norm(x, weight, bias):
+        return torch.nn.functional.batch_norm(x, None, None, weight, bias, training=True)
+    x, w, b = seeded_randn(8, 4, seed=17), 1 + 0.1 * seeded_randn(4, seed=18), 0.1 * seeded_randn(4, seed=19)
+    report = check_backward(batch_norm, x.cpu(), w.cpu(), b.cpu(), reference=batch_norm, grow=False)
+    finding, = report.findings
+    assert finding.input == "`weight`" and "`x`'s gradient is NaN" in finding.evidence, str(report)

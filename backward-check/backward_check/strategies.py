@@ -131,25 +131,35 @@ def transposed_copy(t):
     return t.detach().permute(*reverse).contiguous().permute(*reverse)
 
 
-def padded_copy(t):
-    """The same values as a view into a wider buffer whose gaps hold NaN: each row padded (`qkv[:, :d]`,
+def padded_copy(t, fill=float("nan")):
+    """The same values as a view into a wider buffer whose gaps hold fill (NaN): each row padded (`qkv[:, :d]`,
     strides (d + 3, 1)) where t has 2 or more dims, every other element (`x[::2]`) where it has 1. A kernel
     that takes the row stride, or the element stride, for granted reads NaN."""
     t = t.detach()
     if t.dim() >= 2:
-        wider = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=t.dtype, device=t.device)
+        wider = torch.full((*t.shape[:-1], t.shape[-1] + 3), fill, dtype=t.dtype, device=t.device)
         view = wider.narrow(-1, 0, t.shape[-1])
     else:
-        wider = torch.full((2 * t.shape[0],), float("nan"), dtype=t.dtype, device=t.device)
+        wider = torch.full((2 * t.shape[0],), fill, dtype=t.dtype, device=t.device)
         view = wider[::2]
     return view.copy_(t)
 
 
-# How an input is laid out otherwise, with the same values: by name, where the op may be handed it.
-INPUT_LAYOUTS = {
-    "laid out transposed": transposed_copy,
-    "a padded view (`x[:, :d]` of a wider buffer, or `x[::2]`)": padded_copy,
-}
+# How an input is laid out otherwise, with the same values, where the op may be handed it.
+TRANSPOSED, PADDED = "transposed", "padded"
+INPUT_LAYOUTS = {TRANSPOSED: transposed_copy, PADDED: padded_copy}
+
+
+def layout_words(label, laid, name):
+    """How input `name` is laid out (label, as laid), in the report's words: the view a caller would write, and
+    its strides."""
+    strides = tuple(laid.stride())
+    if label == TRANSPOSED:
+        return f"laid out transposed (strides {strides})"
+    if laid.dim() >= 2:
+        d = laid.shape[-1]
+        return f"given as `{name}[..., :{d}]` of a buffer {d + 3} wide (strides {strides}, the gaps NaN)"
+    return f"given as `{name}[::2]` of a buffer twice its length (strides {strides}, the gaps NaN)"
 
 
 def input_layouts_for(t):
