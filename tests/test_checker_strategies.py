@@ -327,23 +327,47 @@ def test_an_op_with_a_generator_of_its_own_is_undecided_not_stateful():
 
 
 def test_an_op_that_refuses_the_nudged_values_is_undecided_not_a_traceback():
-    class CheckedSqrt(torch.autograd.Function):
+    """|x| >= 0.5 is the op's own domain, which no property of the values shows (they have both signs): a step
+    from 0.5 + 1e-9 leaves it, and the op refuses the nudged values."""
+    class CheckedSquare(torch.autograd.Function):
         @staticmethod
+        def forward(ctx, x):
+            if bool((x.abs() < 0.5).any()):
+                raise ValueError("|x| below 0.5")
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return 2 * x * g
+    x = seeded_randn(3, 5, seed=12)
+    x = x.sign() * (x.abs() + 1.0)
+    x[0, 0] = 0.5 + 1e-9
+    report = check_backward(CheckedSquare, x, grow=False)
+    assert report.clean and any("refuses them" in u.reason for u in report.undecided), str(report)
+
+
+def test_a_step_stays_inside_non_negative_values():
+    """A square root's input, all of it non-negative, one element at 1e-7: finite differences step it by less
+    than its distance from 0 (a step of the input's typical size would leave the op's domain), so the check
+    decides, and a backward off by a factor is still named."""
+    def checked_sqrt(backward):
         def forward(ctx, x):
             if bool((x < 0).any()):
                 raise ValueError("negative input")
             y = x.sqrt()
             ctx.save_for_backward(y)
             return y
-
-        @staticmethod
-        def backward(ctx, g):
-            y, = ctx.saved_tensors
-            return g / (2 * y)
+        return type("CheckedSqrt", (torch.autograd.Function,), {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(lambda ctx, g: backward(ctx.saved_tensors[0], g))})
     x = seeded_randn(3, 5, seed=12).abs() + 1.0
-    x[0, 0] = 1e-7  # a finite-difference step below it leaves the domain
-    report = check_backward(CheckedSqrt, x, grow=False)
-    assert report.clean and any("refuses them" in u.reason for u in report.undecided), str(report)
+    x[0, 0] = 1e-7
+    report = check_backward(checked_sqrt(lambda y, g: g / (2 * y)), x, grow=False)
+    assert report.clean and report.decided, str(report)
+    report = check_backward(checked_sqrt(lambda y, g: g / y), x, grow=False)
+    assert report.traps == ["a wrong formula"], str(report)
 
 
 def test_a_no_grad_name_that_is_no_argument_is_a_usage_error():

@@ -216,6 +216,10 @@ class Context:
 
     def why_loose(self, expected, i):
         """Why input i's right gradient is too loose to judge by, for an Undecided line."""
+        if i in self.truth.undifferenced:
+            return (f"{self.arg(i)} holds only {self.truth.undifferenced[i].lattice_words}: a float on a lattice may "
+                    f"be an index or a count, which no step may move, so finite differences leave it alone"
+                    f"{self.where()}: pass a reference (or name it in no_grad, if it takes no gradient)")
         if self.truth.by_reference:
             return (f"the forward is {self.forward_error:.3g} (relative) off the reference{self.where()}, so its "
                     f"gradients are held only to {expected.tolerance[i]:.2g}, too loose to judge")

@@ -27,6 +27,7 @@ import time
 import torch
 
 from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call
+from .contracts import found, projection
 from .strategies import BLOCK, generator, randn_flat
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
@@ -150,16 +151,20 @@ class Expected:
     rounding: per argument, how far the reference itself lands from its float64 answer when it computes
     in the op's dtype, element by element (None where that is not known: finite differences, or a
     reference that takes only the op's dtype); fine: the same, and under TF32 operands for a float32 op,
-    for judging element by element."""
+    for judging element by element. projected: per argument, the part of a gradient its values' contract lets
+    through (contracts.py: a symmetric matrix's symmetric part), which grads holds and every gradient judged
+    is taken to first; None where the whole gradient counts."""
     grads: list
     indices: list
     tolerance: list
     rounding: list = None
     fine: list = None
+    projected: list = None
 
     def __post_init__(self):
         self.rounding = self.rounding or [None] * len(self.grads)
         self.fine = self.fine or [None] * len(self.grads)
+        self.projected = self.projected or [None] * len(self.grads)
 
     @functools.cached_property
     def floor(self):
@@ -223,6 +228,8 @@ class Expected:
     def sample(self, got, i):
         """What is known of got, as self.grads[i] holds it: every element, a sample of them, or its inner
         products with random directions."""
+        if self.projected[i] is not None:
+            got = self.projected[i](got)
         g, index = flat(got), self.indices[i]
         if index is None:
             return g
@@ -324,12 +331,24 @@ class Reference:
         return relative_error(rounded, exact)
 
 
+def within_bounds(contract, x, moved, step):
+    """The largest share (at most 1) of a move of x by moved (both flat, float64) that stays inside the contract's
+    bounds (non-negative, within [0, 1]) at twice the step, with room to spare; 0 where an element at a bound
+    would move."""
+    room = contract.boundaries(x)
+    moving = moved != 0
+    if not bool(moving.any()):
+        return 1.0
+    return min(1.0, (room[moving] / (4 * step * moved[moving].abs())).min().item())
+
+
 class FiniteDifferences:
     """grad_output . J, with J built once by central differences, at two steps: their disagreement
     measures the differences' own noise, and sets the tolerance."""
 
-    def __init__(self, op, values, graded, sample=False):
+    def __init__(self, op, values, graded, sample=False, contracts=None):
         self.op, self.values, self.graded = op, values, graded
+        self.contracts = contracts if contracts is not None else {i: found(values[i]) for i in op.inputs}
         self.dtype = torch.float64
         try:
             base = self._outputs(self._copies(torch.float64))
@@ -345,8 +364,9 @@ class FiniteDifferences:
         self.columns = {}
         for i in op.inputs:
             n = values[i].numel()
-            self.columns[i] = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
+            columns = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
                 else torch.arange(n, device="cpu")
+            self.columns[i] = self._within_contract(i, columns)
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         self.directions = {}  # input: its RandomDirections
         if calls > FD_MAX_CALLS:
@@ -405,6 +425,36 @@ class FiniteDifferences:
             return torch.zeros(0, dtype=torch.float64, device="cpu")
         return torch.cat([flat(o) for o in outs])
 
+    def _within_contract(self, i, columns):
+        """The columns of input i that finite differences step, given its contract: none on a lattice (a float
+        that may be an index or a count is never stepped: see undifferenced), one of each mirrored pair of a
+        symmetric matrix (its column is the pair, stepped together)."""
+        contract = self.contracts[i]
+        if contract.lattice:
+            return columns[:0]
+        if contract.symmetric:
+            n = self.values[i].shape[-1]
+            return columns[(columns // n) % n <= columns % n]
+        return columns
+
+    @property
+    def undifferenced(self):
+        """{input: its contract} for the inputs finite differences never step (on a lattice)."""
+        return {i: c for i, c in self.contracts.items() if c.lattice}
+
+    def _column(self, i, k):
+        """Flat element k of input i as a direction, float64 and shaped like the input, projected onto its
+        contract where that takes only part of a gradient (contracts.Contract.project): there the derivative
+        along it is element k of the projected gradient, and the step keeps the input within the contract (a
+        symmetric matrix moves both mirrored elements); None where the element moves alone."""
+        contract = self.contracts[i]
+        if not contract.projects:
+            return None
+        x = self.values[i].detach().double()
+        e = torch.zeros(x.numel(), dtype=torch.float64, device=x.device)
+        e[k] = 1.0
+        return contract.project(e.reshape(x.shape), x)
+
     @staticmethod
     def _nudge(t, k, h):
         """t with its flat element k (in row-major order of its shape) moved by h, in place, whatever
@@ -428,18 +478,33 @@ class FiniteDifferences:
         # has no neighbourhood to difference, and is left out like a kink.
         finite = x[x.isfinite()]
         typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
-        scale = {k: max(abs(x[k].item()), typical or 1.0) for k in columns.tolist()}
+        # A step stays inside the input's contract: along its column projected onto it, and short of a bound
+        # (an element at one, 0 in a non-negative input, has no room on one side, and is left out like a kink).
+        contract = self.contracts[i]
+        scale, direction = {}, {}
+        for k in columns.tolist():
+            direction[k] = self._column(i, k)
+            moved = torch.zeros_like(x)
+            moved[k] = 1.0
+            moved = moved if direction[k] is None else direction[k].reshape(-1).cpu()
+            scale[k] = max(abs(x[k].item()), typical or 1.0)
+            scale[k] *= within_bounds(contract, x, scale[k] * moved, step) if math.isfinite(x[k].item()) else 1.0
         rows, gaps = {1: [], 2: []}, {1: [], 2: []}
         for k in columns.tolist():
             for factor in (1, 2):
-                if not math.isfinite(x[k].item()):
+                if not math.isfinite(x[k].item()) or scale[k] == 0.0:
                     rows[factor].append(torch.full_like(center, float("nan")))
                     gaps[factor].append(torch.full_like(center, float("nan")))
                     continue
                 h = factor * step * scale[k]
                 plus, minus = self._copies(self.dtype), self._copies(self.dtype)
-                self._nudge(plus[i], k, h)
-                self._nudge(minus[i], k, -h)
+                if direction[k] is None:
+                    self._nudge(plus[i], k, h)
+                    self._nudge(minus[i], k, -h)
+                else:
+                    shift = (h * direction[k]).to(device=plus[i].device, dtype=plus[i].dtype)
+                    plus[i].add_(shift)
+                    minus[i].sub_(shift)
                 up, down = self._outputs(plus), self._outputs(minus)
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)  # right slope minus left slope
@@ -448,14 +513,15 @@ class FiniteDifferences:
             return empty, empty, torch.zeros(0, dtype=torch.bool, device="cpu")
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        steps = torch.tensor([step * scale[k] for k in columns.tolist()],
+        steps = torch.tensor([step * (scale[k] or 1.0) for k in columns.tolist()],
                              dtype=torch.float64, device=fine.device)
         # Rounding moves a one-sided slope by about eps * |output| / step; a thousandth of the steepest
         # slope is far more than curvature changes a central difference over one step.
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite()
+        room = torch.tensor([scale[k] > 0 for k in columns.tolist()], dtype=torch.bool)
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite() & room
         return fine, coarse, smooth
 
     @property
@@ -467,7 +533,7 @@ class FiniteDifferences:
         input's typical size), drawn one at a time on the input's device when asked for, never held all at
         once: twelve directions of a large input are more memory than the input. An element that is
         exactly 0 (a ReLU's kink, a padded zero) or not finite stays where it is, so no direction crosses a
-        kink there."""
+        kink there. An input on a lattice gets none (see undifferenced)."""
         x = flat(self.values[i].detach())
         n = x.numel()
         finite = x[x.isfinite()]
@@ -476,7 +542,7 @@ class FiniteDifferences:
         tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)
         spans = {"every element": (0, n), "the first block": (0, min(n, BLOCK)), "the last block": (tail, n)}
         plan = []
-        for label, count in DIRECTIONS.items():
+        for label, count in DIRECTIONS.items() if not self.contracts[i].lattice else ():
             if label != "every element" and n <= BLOCK:
                 continue
             start, stop = spans[label]
@@ -496,6 +562,11 @@ class FiniteDifferences:
         """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
         rows (one a direction, over the outputs), less the directions whose steps straddle a kink."""
         directions = self.directions[i]
+        directions.bound(step)
+        if not directions.plan:
+            directions.keep([], step)
+            empty = torch.zeros(0, center.numel(), dtype=torch.float64, device=center.device)
+            return empty, empty
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
         rows, gaps = {1: [], 2: []}, {1: [], 2: []}
@@ -562,12 +633,29 @@ class RandomDirections:
     def labels(self):
         return [self.plan[k][0] for k in self.kept]
 
+    def bound(self, step):
+        """Each element's size in the directions capped so that a step (at twice step) stays short of the
+        contract's bounds (0 in a non-negative input: an element at a bound stays where it is)."""
+        contract = self.differences.contracts[self.i]
+        x = flat(self.differences.values[self.i].detach()).to(self.scale.device)
+        self.scale = torch.minimum(self.scale, contract.boundaries(x) / (4 * step))
+        self.step = step
+
     def unit(self, k):
+        """Direction k, flat: random, each element in proportion to its scale, within its span; projected onto the
+        input's contract where that takes only part of a gradient (a symmetric direction for a symmetric
+        matrix), and shortened where the projection moved an element at a bound."""
         _, start, stop, name = self.plan[k]
         z = randn_flat(self.scale.numel(), self.scale.device, name)
         z[:start] = 0.0
         z[stop:] = 0.0
-        return z * self.scale
+        u = z * self.scale
+        contract = self.differences.contracts[self.i]
+        if not contract.projects:
+            return u
+        x = self.differences.values[self.i].detach().double().to(u.device)
+        u = contract.project(u.reshape(x.shape), x).reshape(-1)
+        return u * within_bounds(contract, flat(x), u, self.step)
 
     def keep(self, kept, step):
         self.kept, self.step = kept, step
@@ -601,8 +689,9 @@ class Truth:
     def __init__(self, op, values, reference, graded, sample=False):
         self.op, self.values = op, values
         self.base = [dtype_tolerance(v) for v in values]
+        self.contracts = {i: found(values[i]) for i in op.inputs}
         self.source = Reference(op, values, reference) if reference is not None else \
-            FiniteDifferences(op, values, graded, sample=sample)
+            FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts)
 
     @property
     def by_reference(self):
@@ -635,7 +724,17 @@ class Truth:
         self.base = [max(t, 4 * forward_error) if t else t for t in self.base]
 
     def expected(self, grad_outputs):
-        return self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))
+        expected = self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))
+        for i, contract in self.contracts.items():
+            expected.projected[i] = projection(contract, self.values[i])
+            if expected.projected[i] is not None and expected.indices[i] is None:
+                expected.grads[i] = flat(expected.projected[i](expected.grads[i].reshape(self.values[i].shape)))
+        return expected
+
+    @property
+    def undifferenced(self):
+        """{input: its contract} for the inputs finite differences never step; none with a reference."""
+        return {} if self.by_reference else self.source.undifferenced
 
     def tf32_error(self, grad_outputs, i):
         """How far TF32-rounded operands alone move input i's right gradient (relative); 0 where unknown."""
