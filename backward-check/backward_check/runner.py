@@ -158,6 +158,8 @@ def attempt(check, context):
         message = raised.message
         if "0 active drivers" in message:
             message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
+        if raised.frozen:
+            return [context.refusal_of_frozen(check.name, raised)]
         if raised.what == DIFFERENCED:
             return [Undecided(check.name, f"finite differences need the op on nudged values, and it refuses them "
                                           f"({message}): pass a reference")]
