@@ -19,9 +19,9 @@ def sym(m):
 def spd(n, seed=0, dtype=torch.float64, columns=2):
     """A symmetric positive-definite n x n matrix (B B^T / n + I) and an n x columns right-hand side."""
     g = torch.Generator().manual_seed(seed)
-    b = torch.randn(n, n, generator=g, dtype=torch.float64)
-    a = b @ b.T / n + torch.eye(n, dtype=torch.float64)
-    rhs = torch.randn(n, columns, generator=g, dtype=torch.float64)
+    b = torch.randn(n, n, generator=g, dtype=torch.float64, device="cpu")
+    a = b @ b.T / n + torch.eye(n, dtype=torch.float64, device="cpu")
+    rhs = torch.randn(n, columns, generator=g, dtype=torch.float64, device="cpu")
     return a.to(DEVICE, dtype), rhs.to(DEVICE, dtype)
 
 
@@ -95,7 +95,7 @@ def log_of_normalised(p):
 
 def probabilities(rows, columns, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.softmax(torch.randn(rows, columns, generator=g, dtype=torch.float64), dim=-1).to(DEVICE)
+    return torch.softmax(torch.randn(rows, columns, generator=g, dtype=torch.float64, device="cpu"), dim=-1).to(DEVICE)
 
 
 class Gaps(torch.autograd.Function):
@@ -115,7 +115,7 @@ class Gaps(torch.autograd.Function):
 
 def sorted_edges(rows, columns, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, columns, generator=g, dtype=torch.float64).sort(dim=-1).values.to(DEVICE)
+    return torch.randn(rows, columns, generator=g, dtype=torch.float64, device="cpu").sort(dim=-1).values.to(DEVICE)
 
 
 class CountsTimesRate(torch.autograd.Function):
@@ -135,8 +135,8 @@ class CountsTimesRate(torch.autograd.Function):
 
 def counts_and_rate(rows, columns, seed=0):
     g = torch.Generator().manual_seed(seed)
-    counts = torch.randint(0, 6, (rows, columns), generator=g).double()
-    return counts.to(DEVICE), torch.rand(rows, columns, generator=g, dtype=torch.float64).to(DEVICE) + 0.5
+    counts = torch.randint(0, 6, (rows, columns), generator=g, device="cpu").double()
+    return counts.to(DEVICE), torch.rand(rows, columns, generator=g, dtype=torch.float64, device="cpu").to(DEVICE) + 0.5
 
 
 SOLVE = cholesky_solve_op("CholeskySolve", lambda gb, x: -sym(outer(gb, x)))

@@ -17,6 +17,14 @@ from backward_check.calling import Slot  # noqa: E402
 from backward_check.report import CONTRACT  # noqa: E402
 from backward_checker import check_backward  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def another_default_device():
+    """torch's default device is not the op's (as in test_checker_zoo.py): the checker must make every tensor on
+    the op's device."""
+    with torch.device("meta"):
+        yield
+
+
 # A symmetric matrix under a block (3 x 3, 31 x 31), one past it (33 x 33), several blocks with a tail (70 x 70,
 # too large to grow): the first three are grown past several blocks too.
 SIZES = (3, 31, 33, 70)
@@ -79,7 +87,7 @@ def test_each_property_is_found_from_the_values():
     assert contracts.found(seeded_randn(4, 6, seed=13).mul(3).round()).names == ["integers"]
     assert contracts.found(seeded_randn(20, seed=2).mul(4).round().div(4)).names == ["multiples of 0.25"]
     assert contracts.found(seeded_randn(4, 6, seed=3).abs() + 2).names == ["non-negative"]
-    assert contracts.found(torch.rand(4, 6, generator=torch.Generator().manual_seed(0)).to(DEVICE)).names == \
+    assert contracts.found(torch.rand(4, 6, generator=torch.Generator().manual_seed(0), device="cpu").to(DEVICE)).names == \
         ["within [0, 1]"]
 
 

@@ -41,6 +41,8 @@ SORTED_COMPARISONS = 8
 # this many steps: x.bfloat16().float() holds multiples of a small power of two, thousands of them apart.
 LATTICE_COARSER = 16
 LATTICE_LEVELS = 1024
+# Taking two projections in turn converges on the projection onto both; this many rounds at most.
+PROJECTION_ROUNDS = 200
 # The steps tried: the smallest gap between two values, and the smallest value, each divided by 1 ... 8.
 LATTICE_DIVISORS = range(1, 9)
 
@@ -115,22 +117,32 @@ class Contract:
 
     def project(self, g, x):
         """The part of g (shaped like the input x) that moves the values within the contract: its symmetric part,
-        the part that sums to 0 along each row, or the part orthogonal to each row (in that order; each is an
-        orthogonal projection, and the three never meet in one contract the checker keeps)."""
-        if self.symmetric:
-            g = (g + g.transpose(-1, -2)) / 2
-        if self.rows_sum_to_one:
-            g = g - g.mean(dim=-1, keepdim=True)
-        if self.unit_rows:
-            rows = x.to(g.dtype)
-            rows = rows / rows.norm(dim=-1, keepdim=True)
-            g = g - (g * rows).sum(dim=-1, keepdim=True) * rows
+        the part that sums to 0 along each row, or the part orthogonal to each row. Each is an orthogonal
+        projection; where two meet (a symmetric matrix whose rows sum to 1), the projection onto both is the
+        limit of taking each in turn, reached within PROJECTION_ROUNDS."""
+        rounds = 1 if self.symmetric + self.rows_sum_to_one + self.unit_rows <= 1 else PROJECTION_ROUNDS
+        for _ in range(rounds):
+            before = g
+            if self.symmetric:
+                g = (g + g.transpose(-1, -2)) / 2
+            if self.rows_sum_to_one:
+                g = g - g.mean(dim=-1, keepdim=True)
+            if self.unit_rows:
+                rows = x.to(g.dtype)
+                rows = rows / rows.norm(dim=-1, keepdim=True)
+                g = g - (g * rows).sum(dim=-1, keepdim=True) * rows
+            if rounds > 1 and (g - before).abs().max() <= 1e-12 * before.abs().max():
+                break
         return g
+
+    @property
+    def bounded(self):
+        return self.non_negative or self.unit_interval
 
     def boundaries(self, x):
         """How far each value of x may move either way and stay non-negative or within [0, 1] (infinite where
         nothing bounds it): a finite-difference step stays inside."""
-        if not (self.non_negative or self.unit_interval):
+        if not self.bounded:
             return torch.full_like(x, float("inf"))
         room = x.clamp(min=0.0)
         return torch.minimum(room, (1.0 - x).clamp(min=0.0)) if self.unit_interval else room

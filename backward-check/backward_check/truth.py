@@ -484,11 +484,11 @@ class FiniteDifferences:
         scale, direction = {}, {}
         for k in columns.tolist():
             direction[k] = self._column(i, k)
-            moved = torch.zeros_like(x)
-            moved[k] = 1.0
-            moved = moved if direction[k] is None else direction[k].reshape(-1).cpu()
             scale[k] = max(abs(x[k].item()), typical or 1.0)
-            scale[k] *= within_bounds(contract, x, scale[k] * moved, step) if math.isfinite(x[k].item()) else 1.0
+            if contract.bounded and math.isfinite(x[k].item()):
+                moved = torch.zeros_like(x) if direction[k] is None else direction[k].reshape(-1).cpu()
+                moved[k] = 1.0 if direction[k] is None else moved[k]
+                scale[k] *= within_bounds(contract, x, scale[k] * moved, step)
         rows, gaps = {1: [], 2: []}, {1: [], 2: []}
         for k in columns.tolist():
             for factor in (1, 2):
@@ -520,8 +520,8 @@ class FiniteDifferences:
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        room = torch.tensor([scale[k] > 0 for k in columns.tolist()], dtype=torch.bool)
-        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite() & room
+        steppable = torch.tensor([scale[k] > 0 for k in columns.tolist()], dtype=torch.bool, device="cpu")
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite() & steppable
         return fine, coarse, smooth
 
     @property
@@ -655,7 +655,7 @@ class RandomDirections:
             return u
         x = self.differences.values[self.i].detach().double().to(u.device)
         u = contract.project(u.reshape(x.shape), x).reshape(-1)
-        return u * within_bounds(contract, flat(x), u, self.step)
+        return u * within_bounds(contract, flat(x), u, self.step) if contract.bounded else u
 
     def keep(self, kept, step):
         self.kept, self.step = kept, step
