@@ -132,6 +132,17 @@ def test_a_grown_symmetric_positive_definite_matrix_stays_so(shape):
         assert torch.linalg.eigvalsh(big).min() >= torch.linalg.eigvalsh(a).min() * (1 - 1e-9)
 
 
+@pytest.mark.parametrize("points", [12, 50])
+def test_a_grown_kernel_matrix_stays_positive_definite_and_within_0_and_1(points):
+    """An RBF kernel matrix (gpytorch's, linear_operator's tests' own): within [0, 1], its diagonal 1. Grown and
+    jittered, it is drawn toward the identity, not shifted past 1, so it keeps both."""
+    x = torch.randn(points, 3, generator=torch.Generator().manual_seed(points), device="cpu")
+    kernel = (x[:, None, :] - x[None, :, :]).pow(2).sum(dim=-1).mul(-1.0).exp().to(DEVICE)
+    assert contracts.found(kernel).names == ["symmetric", "positive-definite", "within [0, 1]"]
+    for values in grown(kernel) + [[strategies.jittered(kernel, "other values")]]:
+        assert contracts.found(values[0]).names == contracts.found(kernel).names, values[0].shape
+
+
 @pytest.mark.parametrize("make, keeps", [
     (lambda: probabilities(3, 5), lambda t: torch.allclose(t.sum(-1), torch.ones_like(t.sum(-1)))),
     (lambda: seeded_randn(3, 5, seed=9) / seeded_randn(3, 5, seed=9).norm(dim=-1, keepdim=True),

@@ -74,6 +74,7 @@ class Contract:
     non_negative: bool = False
     unit_interval: bool = False
     smallest: float = 0.0    # the smallest eigenvalue of the given matrices, where positive-definite
+    diagonal: float = 0.0    # their largest diagonal element, the largest any element has
 
     @property
     def names(self):
@@ -150,8 +151,8 @@ class Contract:
     def keep(self, values, dtype):
         """values (float64, made up from the given ones: tiled, jittered) made to hold every property of the
         contract, still float64, exactly so once cast to dtype; raises Unkept naming what it could not keep. A
-        tiled symmetric matrix is singular, and a jittered one may be indefinite: its diagonal is raised until
-        its smallest eigenvalue is the given matrices' smallest."""
+        tiled symmetric matrix is singular, and a jittered one may be indefinite: it is drawn toward a multiple
+        of the identity (see positive_definite_like) until its smallest eigenvalue is the given matrices'."""
         out = values
         if self.step:
             out = torch.round(out / self.step) * self.step
@@ -164,7 +165,7 @@ class Contract:
         if self.symmetric:
             out = (out + out.transpose(-1, -2)) / 2
         if self.positive_definite:
-            out = shifted_to(out, self.smallest)
+            out = positive_definite_like(out, self.smallest, self.diagonal, dtype)
         self.check_kept(out, dtype)
         return out
 
@@ -200,13 +201,17 @@ def projection(contract, x):
     return project
 
 
-def shifted_to(matrices, floor):
-    """Each symmetric matrix with its diagonal raised so that its smallest eigenvalue is at least floor (a tiled
-    matrix is singular, and a jittered one may be indefinite): A + (floor - smallest) I where it is below."""
-    smallest = torch.linalg.eigvalsh(matrices).min(dim=-1).values
-    shift = (floor - smallest).clamp(min=0.0)
-    eye = torch.eye(matrices.shape[-1], dtype=matrices.dtype, device=matrices.device)
-    return matrices + shift[..., None, None] * eye
+def positive_definite_like(matrices, smallest, diagonal, dtype):
+    """Each symmetric matrix drawn toward diagonal * I, (1 - a) A + a diagonal I, just enough that its smallest
+    eigenvalue is the given matrices' smallest (and clear of what rounding to dtype does to an n x n matrix): every
+    eigenvalue moves toward diagonal, no element passes the given diagonal's largest or crosses 0, so values
+    within [0, 1] stay there (a kernel matrix, a correlation), and a matrix already clear of it is left alone."""
+    n = matrices.shape[-1]
+    floor = min(max(smallest, 8 * n * torch.finfo(dtype).eps * diagonal), diagonal)
+    lowest = torch.linalg.eigvalsh(matrices).min(dim=-1).values
+    share = ((floor - lowest) / (diagonal - lowest).clamp(min=1e-300)).clamp(0.0, 1.0)[..., None, None]
+    eye = torch.eye(n, dtype=matrices.dtype, device=matrices.device)
+    return (1 - share) * matrices + share * diagonal * eye
 
 
 def lattice_step(values, dtype):
@@ -260,4 +265,5 @@ def found(t):
     return Contract(symmetric=symmetric, positive_definite=positive_definite, rows_sum_to_one=rows_sum_to_one,
                     unit_rows=unit_rows, sorted=sorted_, step=lattice_step(x.reshape(-1), t.dtype),
                     non_negative=non_negative, unit_interval=non_negative and largest <= 1.0,
-                    smallest=torch.linalg.eigvalsh(x).min().item() if positive_definite else 0.0)
+                    smallest=torch.linalg.eigvalsh(x).min().item() if positive_definite else 0.0,
+                    diagonal=x.diagonal(dim1=-2, dim2=-1).max().item() if positive_definite else 0.0)

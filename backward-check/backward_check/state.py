@@ -81,9 +81,9 @@ def right_on_a_new_shape(context, i):
     plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
     if not plans or not context.truth.by_reference:
         return False
-    values = grow(context.values, plans[-1])
-    others = jittered_inputs(values, context.op.inputs, "a new shape, other values", context.base)
     try:
+        values = grow(context.values, plans[-1])
+        others = jittered_inputs(values, context.op.inputs, "a new shape, other values", context.base)
         outputs = context.run("on values of a new shape", values=values, made_up=True).graded
         g = [randn(o.shape, o, f"a new shape {k}", context.base) for k, o in enumerate(outputs)]
         first = context.vjp(g, "on values of a new shape", values=values, made_up=True)
@@ -91,7 +91,7 @@ def right_on_a_new_shape(context, i):
         right = [Truth(context.op, v, context.reference, context.graded_positions).expected(g) for v in (values, others)]
     except OpFaulted:
         raise
-    except Exception:  # noqa: BLE001  (the op or the reference refuses the new shape: nothing to tell)
+    except Exception:  # noqa: BLE001  (no values keep the contract there, or the op or the reference refuses them)
         return False
     return (right[0].error(first[i], i, values[i].shape) <= 1.0 and
             right[1].error(second[i], i, others[i].shape) > 1.0)
