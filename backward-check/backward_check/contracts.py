@@ -41,10 +41,10 @@ SORTED_COMPARISONS = 8
 # this many steps: x.bfloat16().float() holds multiples of a small power of two, thousands of them apart.
 LATTICE_COARSER = 16
 LATTICE_LEVELS = 1024
-# Taking two projections in turn converges on the projection onto both; this many rounds at most.
-PROJECTION_ROUNDS = 200
 # The steps tried: the smallest gap between two values, and the smallest value, each divided by 1 ... 8.
 LATTICE_DIVISORS = range(1, 9)
+# Taking two projections in turn converges on the projection onto both; this many rounds at most.
+PROJECTION_ROUNDS = 200
 
 
 def tolerance(dtype):
@@ -225,10 +225,9 @@ def lattice_step(values, dtype):
     eps = torch.finfo(dtype).eps
     largest = distinct.abs().max().item()
     spread = (distinct[-1] - distinct[0]).item()
-    nonzero = distinct[distinct != 0].abs()
-    bases = {(distinct[1:] - distinct[:-1]).min().item(), nonzero.min().item() if nonzero.numel() else 0.0}
-    candidates = [1.0] + sorted({b / k for b in bases for k in LATTICE_DIVISORS if spread / (b / k) <= LATTICE_LEVELS
-                                 if b > 0}, reverse=True)
+    bases = {(distinct[1:] - distinct[:-1]).min().item(), distinct[distinct != 0].abs().min().item()}
+    candidates = [1.0] + sorted({b / k for b in bases for k in LATTICE_DIVISORS if spread * k / b <= LATTICE_LEVELS},
+                                reverse=True)
     for step in candidates:
         if step < LATTICE_COARSER * eps * largest:
             continue
@@ -252,11 +251,11 @@ def found(t):
     square = x.dim() >= 2 and x.shape[-1] == x.shape[-2] >= 2
     symmetric = square and (x - x.transpose(-1, -2)).abs().max().item() <= tol * largest
     positive_definite = symmetric and bool((torch.linalg.cholesky_ex(x).info == 0).all())
-    rows = x.shape[-1] if x.dim() else 1
-    rows_sum_to_one = rows >= 2 and bool(((x.sum(dim=-1) - 1).abs() <= tol).all())
-    unit_rows = rows >= 2 and not rows_sum_to_one and bool(((x.norm(dim=-1) - 1).abs() <= tol).all())
-    comparisons = x.numel() - x.numel() // max(rows, 1)
-    steps = x.diff(dim=-1) if rows >= 2 else x.new_zeros(0)
+    row = x.shape[-1]  # the length of a row, along the last dimension
+    rows_sum_to_one = row >= 2 and bool(((x.sum(dim=-1) - 1).abs() <= tol).all())
+    unit_rows = row >= 2 and not rows_sum_to_one and bool(((x.norm(dim=-1) - 1).abs() <= tol).all())
+    comparisons = x.numel() - x.numel() // row
+    steps = x.diff(dim=-1)
     sorted_ = 0
     if comparisons >= SORTED_COMPARISONS and bool((steps != 0).any()):
         sorted_ = 1 if bool((steps >= 0).all()) else -1 if bool((steps <= 0).all()) else 0
