@@ -2,16 +2,17 @@
 buffer), the input's gradient is wrong; the forward, and the weight's and the bias's gradients, are right.
 
 The backward reads the weight as if it were contiguous: the input's gradient is the one for the first C elements
-of the weight's buffer, gaps included. It shows where the CPU kernel takes the input as channels-last, which a
-contiguous (N, C) input is, and an (N, C, 1) or (N, C, 1, 1) one too; an (N, C, L) input with L > 1 takes another
-path and is right. Training and evaluation mode alike.
+of the weight's buffer, gaps included. Its fast path is taken where the input and grad_output are contiguous, the
+weight unchecked (the forward checks the weight too), and for an input of one element per sample and channel
+((N, C), (N, C, 1), (N, C, 1, 1)) that path reads the weight from its data pointer; an (N, C, L) input with L > 1
+takes a path that reads it by its strides, and is right. Training and evaluation mode alike.
 
     python tools/wild/torch_batch_norm.py [--device cuda]
 
 prints how far the input's gradient is from the one for a contiguous weight of the same values (its largest
 difference, and relative to the gradient's norm), for the strided weight and for the same made contiguous, and
-exits 0 where the first is far off and the second is not (the bug as documented), 1 where it is not (a fixed
-PyTorch, or CUDA, where the gradient is right). Plain torch: no checker."""
+exits 0 where the first is far off and the second is not (the bug as documented), 1 where it is not (a PyTorch,
+or a device, that reads the weight by its strides). Plain torch: no checker."""
 import argparse
 import sys
 
