@@ -351,10 +351,10 @@ class FiniteDifferences:
         self.contracts = contracts if contracts is not None else {i: found(values[i]) for i in op.inputs}
         self.dtype = torch.float64
         try:
-            base = self._outputs(self._copies(torch.float64))
+            base, self.picked = self._call(self._copies(torch.float64))
         except Exception:  # an op that refuses float64: difference it in its own dtype
             self.dtype = None
-            base = self._outputs(self._copies(None))
+            base, self.picked = self._call(self._copies(None))
         per_call = float("inf")
         for _ in range(2):  # timed after the first call, which may compile
             start = time.perf_counter()
@@ -418,12 +418,31 @@ class FiniteDifferences:
                 else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
 
     def _outputs(self, values):
+        return self._call(values)[0]
+
+    def _call(self, values):
+        """The op on values: (its outputs that carry a gradient, flat float64, one after another; what it picked:
+        its integer and boolean outputs, an index, a permutation, a mask)."""
         with torch.no_grad():
             everything = flatten(seeded_call(self.op, values))
             outs = [everything[k] for k in self.graded]
+        picked = [t for t in everything if not t.is_floating_point() and not t.is_complex()]
         if not outs:
-            return torch.zeros(0, dtype=torch.float64, device="cpu")
-        return torch.cat([flat(o) for o in outs])
+            return torch.zeros(0, dtype=torch.float64, device="cpu"), picked
+        return torch.cat([flat(o) for o in outs]), picked
+
+    def _either_side(self, i, move):
+        """The outputs with input i moved either way, move(t, 1.0) and move(t, -1.0) in place: (up, down, crossed).
+        crossed: what the op picked (an integer output) differs from what it picks at the given values on
+        either side, so the step crossed the boundary of a selection (a pivot, a top-k between tied values),
+        where there is no derivative to difference; such a step is left out, as a kink is."""
+        plus, minus = self._copies(self.dtype), self._copies(self.dtype)
+        move(plus[i], 1.0)
+        move(minus[i], -1.0)
+        (up, up_picked), (down, down_picked) = self._call(plus), self._call(minus)
+        crossed = not all(len(side) == len(self.picked) and all(torch.equal(a, b) for a, b in zip(side, self.picked))
+                          for side in (up_picked, down_picked))
+        return up, down, crossed
 
     def _within_contract(self, i, columns):
         """The columns of input i that finite differences step, given its contract: none on a lattice (a float
@@ -489,7 +508,7 @@ class FiniteDifferences:
                 moved = torch.zeros_like(x) if direction[k] is None else direction[k].reshape(-1).cpu()
                 moved[k] = 1.0 if direction[k] is None else moved[k]
                 scale[k] *= within_bounds(contract, x, scale[k] * moved, step)
-        rows, gaps = {1: [], 2: []}, {1: [], 2: []}
+        rows, gaps, crossed = {1: [], 2: []}, {1: [], 2: []}, set()
         for k in columns.tolist():
             for factor in (1, 2):
                 if not math.isfinite(x[k].item()) or scale[k] == 0.0:
@@ -497,15 +516,15 @@ class FiniteDifferences:
                     gaps[factor].append(torch.full_like(center, float("nan")))
                     continue
                 h = factor * step * scale[k]
-                plus, minus = self._copies(self.dtype), self._copies(self.dtype)
                 if direction[k] is None:
-                    self._nudge(plus[i], k, h)
-                    self._nudge(minus[i], k, -h)
+                    def move(t, sign):
+                        self._nudge(t, k, sign * h)
                 else:
-                    shift = (h * direction[k]).to(device=plus[i].device, dtype=plus[i].dtype)
-                    plus[i].add_(shift)
-                    minus[i].sub_(shift)
-                up, down = self._outputs(plus), self._outputs(minus)
+                    def move(t, sign):
+                        t.add_((sign * h * direction[k]).to(device=t.device, dtype=t.dtype))
+                up, down, crossing = self._either_side(i, move)
+                if crossing:
+                    crossed.add(k)
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)  # right slope minus left slope
         if not columns.numel():
@@ -520,7 +539,8 @@ class FiniteDifferences:
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        steppable = torch.tensor([scale[k] > 0 for k in columns.tolist()], dtype=torch.bool, device="cpu")
+        steppable = torch.tensor([scale[k] > 0 and k not in crossed for k in columns.tolist()], dtype=torch.bool,
+                                 device="cpu")
         smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite() & steppable
         return fine, coarse, smooth
 
@@ -569,18 +589,20 @@ class FiniteDifferences:
             return empty, empty
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
-        rows, gaps = {1: [], 2: []}, {1: [], 2: []}
+        rows, gaps, crossed = {1: [], 2: []}, {1: [], 2: []}, []
         for k in range(len(directions.plan)):
             u = directions.unit(k)
+            crossing = False
             for factor in (1, 2):
                 h = factor * step
-                plus, minus = self._copies(self.dtype), self._copies(self.dtype)
-                shift = (h * u).reshape(plus[i].shape).to(device=plus[i].device, dtype=plus[i].dtype)
-                plus[i].add_(shift)
-                minus[i].sub_(shift)
-                up, down = self._outputs(plus), self._outputs(minus)
+
+                def move(t, sign):
+                    t.add_((sign * h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype))
+                up, down, crossed_here = self._either_side(i, move)
+                crossing |= crossed_here
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)
+            crossed.append(crossing)
             del u
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
@@ -590,7 +612,8 @@ class FiniteDifferences:
         # A direction along which no output moved at either step says nothing of a derivative below the op's
         # resolution (a float32 loss of a large input, a block of ignored rows): it is left out, as a kink is.
         moved = ((fine != 0) | (coarse != 0)).any(dim=1)
-        smooth = ((central <= allowed) & (doubling <= allowed) & moved).cpu()
+        uncrossed = ~torch.tensor(crossed, dtype=torch.bool, device="cpu")
+        smooth = ((central <= allowed) & (doubling <= allowed) & moved).cpu() & uncrossed
         self.kinks[i] = int((~smooth).sum())
         directions.keep([k for k, keep in enumerate(smooth.tolist()) if keep], step)
         on_device = smooth.to(fine.device)
