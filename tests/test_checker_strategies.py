@@ -512,3 +512,30 @@ def test_a_step_that_changes_what_the_op_picks_is_left_out():
     report = check_backward(scaled_by_the_smallest(1.0), x, grow=False)
     assert report.clean and report.decided, str(report)
     assert check_backward(scaled_by_the_smallest(1.5), x, grow=False).traps == ["a wrong formula"]
+
+
+class ScaledByWhereTheLargestIs(torch.autograd.Function):
+    """x * (1 + m) for m the index of x's largest value, ties broken toward the last by offsets of 1e-9 that
+    float32 rounds away (so float32 picks the first of two tied values, float64 the last); m is returned beside."""
+    @staticmethod
+    def forward(ctx, x):
+        offsets = 1e-9 * torch.arange(x.numel(), dtype=x.dtype, device=x.device)
+        m = (x + offsets).argmax()
+        ctx.save_for_backward(m)
+        return x * (1 + m), m
+
+    @staticmethod
+    def backward(ctx, g, _):
+        m, = ctx.saved_tensors
+        return g * (1 + m)
+
+
+def test_finite_differences_pick_as_the_op_does_in_its_own_dtype():
+    """Two float32 values tie for the largest: the op picks the first in float32, its own dtype, and the last in
+    float64. Differences in float64 would measure the other selection's derivative everywhere ('a wrong
+    formula'); the checker differences it in float32, where it picks as the op's own call did, and the columns of
+    the two tied values, whose steps change the pick, are left out."""
+    x = seeded_randn(7, seed=23)
+    x[2] = x[5] = x.max() + 1
+    report = check_backward(ScaledByWhereTheLargestIs, x, grow=False)
+    assert report.clean and report.decided, str(report)

@@ -331,6 +331,11 @@ class Reference:
         return relative_error(rounded, exact)
 
 
+def same_picks(these, those):
+    """Whether two calls of the op picked alike: the same integer and boolean outputs."""
+    return len(these) == len(those) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(these, those))
+
+
 def within_bounds(contract, x, moved, step):
     """The largest share (at most 1) of a move of x by moved (both flat, float64) that stays inside the contract's
     bounds (non-negative, within [0, 1]) at twice the step, with room to spare; 0 where an element at a bound
@@ -352,7 +357,10 @@ class FiniteDifferences:
         self.dtype = torch.float64
         try:
             base, self.picked = self._call(self._copies(torch.float64))
-        except Exception:  # an op that refuses float64: difference it in its own dtype
+            if not same_picks(self._call(self._copies(None))[1], self.picked):
+                raise ValueError("float64 picks otherwise")
+        except Exception:  # an op that refuses float64, or picks otherwise in it: difference it in its own dtype
+            # (a pivot among values tied in float32 and not in float64 makes float64 differences another selection's)
             self.dtype = None
             base, self.picked = self._call(self._copies(None))
         per_call = float("inf")
@@ -440,9 +448,7 @@ class FiniteDifferences:
         move(plus[i], 1.0)
         move(minus[i], -1.0)
         (up, up_picked), (down, down_picked) = self._call(plus), self._call(minus)
-        crossed = not all(len(side) == len(self.picked) and all(torch.equal(a, b) for a, b in zip(side, self.picked))
-                          for side in (up_picked, down_picked))
-        return up, down, crossed
+        return up, down, not (same_picks(up_picked, self.picked) and same_picks(down_picked, self.picked))
 
     def _within_contract(self, i, columns):
         """The columns of input i that finite differences step, given its contract: none on a lattice (a float
