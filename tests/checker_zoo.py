@@ -797,4 +797,8 @@ LEGAL_WITHOUT_REFERENCE = {
     "an input laid out transposed, differenced as given": (torch.tanh, (x35().t(),), {}),
     "integer-valued inputs (exact in bfloat16 too), differenced": (
         hardened_ops.TritonSquare, (torch.arange(15.0, device="cpu").reshape(3, 5).to(DEVICE),), {}),
+    # Integers are a lattice, which finite differences leave alone (a ?? line); powers of two from 2^-7 to 2^7
+    # are exact in bfloat16 too, and no lattice: the kernel's float32 is still told from bfloat16 by them.
+    "values exact in bfloat16 (powers of two), differenced": (
+        hardened_ops.TritonSquare, ((2.0 ** torch.arange(-7.0, 8.0, device="cpu")).reshape(3, 5).to(DEVICE),), {}),
 }

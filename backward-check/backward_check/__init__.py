@@ -16,7 +16,8 @@ __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided",
            "ALL_TRAPS", "UsageError", "DEVICE", "BACKEND"]
 
 
-def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(), **kwargs):
+def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(),
+                   frozen_by_callers=(), **kwargs):
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
@@ -28,7 +29,9 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     finite differences. second_order: also check create_graph=True. grow: also check the inputs
     grown past several 1024-element blocks. no_grad: the names (or positions) of floating-point
     arguments the op deliberately takes no gradient for (a rotary table, a fixed target, a running
-    statistic); they pass through like integers, and the checker never changes them.
+    statistic); they pass through like integers, and the checker never changes them. frozen_by_callers:
+    the names (or positions) of inputs the op's callers do pass frozen (requires_grad=False); freezing any
+    other is a call no caller makes, and the op's refusal of it a note, not a crash.
 
     Raises UsageError (a ValueError) when the call itself is wrong: no floating-point tensor,
     arguments the forward cannot take, a reference that does not match."""
@@ -37,7 +40,7 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
         if len(args) > 1 or kwargs:
             raise UsageError("pass the op's arguments either in one Sample or after the op, not both")
         args, kwargs = args[0].args, args[0].kwargs
-    op = Op(fn, args, kwargs, device=DEVICE, no_grad=(no_grad,) if isinstance(no_grad, (str, int)) else no_grad)
+    op = Op(fn, args, kwargs, device=DEVICE, no_grad=no_grad, frozen_by_callers=frozen_by_callers)
     report = Report(name or op.name)
     with warnings.catch_warnings():
         # A kernel fed a layout it misreads computes on whatever memory it reads; the interpreter's NumPy

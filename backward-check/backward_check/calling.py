@@ -101,7 +101,7 @@ class Op:
     """The op bound to one set of arguments. Function subclasses are called through .apply with
     their forward's signature bound (defaults kept); other callables as they are."""
 
-    def __init__(self, fn, args, kwargs, device=None, no_grad=()):
+    def __init__(self, fn, args, kwargs, device=None, no_grad=(), frozen_by_callers=()):
         if isinstance(fn, torch.autograd.Function):
             name = type(fn).__name__
             raise UsageError(f"pass the Function class itself, {name}, not an instance of it ({name}()): the checker "
@@ -134,20 +134,29 @@ class Op:
         if unsupported:
             raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors or a complex tensor, "
                              f"which the checker does not take: wrap the op in a function of real tensors")
-        unknown = [n for n in no_grad if isinstance(n, bool) or not isinstance(n, (str, int)) or
-                   (isinstance(n, str) and n not in {s.name for s in self.slots}) or
-                   (isinstance(n, int) and not 0 <= n < len(self.slots))]
-        if unknown:
-            raise UsageError(f"no_grad names {unknown}, which {self.name} has no argument of: it takes "
-                             f"{[s.name for s in self.slots]} (names, or positions from 0)")
-        self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and s.name not in set(no_grad)
-                       and i not in set(no_grad)]
+        no_grad = self.positions(no_grad, "no_grad")
+        self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and i not in no_grad]
+        # The inputs the op's callers do pass frozen (requires_grad=False): where the checker freezes another,
+        # the op may refuse it, as no caller would know.
+        self.frozen_by_callers = self.positions(frozen_by_callers, "frozen_by_callers")
         if not self.inputs:
             raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for; pass the "
                              f"op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
         empty = [self.slots[i].name for i in self.inputs if self.slots[i].value.numel() == 0]
         if empty:
             raise UsageError(f"{self.name}'s input(s) {empty} hold no elements: pass inputs with at least one")
+
+    def positions(self, names, keyword):
+        """The positions of the arguments names names (names, or positions from 0), as a set; UsageError for
+        one the op has no argument of."""
+        names = (names,) if isinstance(names, (str, int)) else tuple(names)
+        by_name = {s.name: i for i, s in enumerate(self.slots)}
+        unknown = [n for n in names if isinstance(n, bool) or not isinstance(n, (str, int)) or
+                   (isinstance(n, str) and n not in by_name) or (isinstance(n, int) and not 0 <= n < len(self.slots))]
+        if unknown:
+            raise UsageError(f"{keyword} names {unknown}, which {self.name} has no argument of: it takes "
+                             f"{[s.name for s in self.slots]} (names, or positions from 0)")
+        return {by_name[n] if isinstance(n, str) else n for n in names}
 
     @staticmethod
     def _slots_from(bound, named, positional_count):

@@ -12,7 +12,7 @@ import functools
 import torch
 
 from .calling import UsageError, announce, carries_gradient, clip, forward
-from .report import CRASHES, RETURNS_WRONG
+from .report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
 from .strategies import describe_shapes, randn
 from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, narrowest, relative_error
 
@@ -57,22 +57,23 @@ def reraise_fault(what, error):
         raise OpFaulted(what, error) from error
 
 
-def raised(what, error, made_up=False):
+def raised(what, error, made_up=False, frozen=()):
     """The exception for the op's raise at what: OpFaulted for a fault that loses the GPU context, else
     OpRaised."""
     if faulted(error):
         return OpFaulted(what, error)
-    return OpRaised(what, error, made_up=made_up)
+    return OpRaised(what, error, made_up=made_up, frozen=frozen)
 
 
 class OpRaised(Exception):
     """The op raised where the checker called it. made_up: on values the checker made up (grown,
-    transposed, other values), which an op may refuse loudly. trap: what a raise there means (a
-    crash, or a wrong gradient returned where autograd's own words say so)."""
+    transposed, other values), which an op may refuse loudly. frozen: the inputs the checker froze there
+    that no caller passes frozen (not in frozen_by_callers), which an op may refuse too. trap: what a raise
+    there means (a crash, or a wrong gradient returned where autograd's own words say so)."""
 
-    def __init__(self, what, error, trap=CRASHES, made_up=False):
+    def __init__(self, what, error, trap=CRASHES, made_up=False, frozen=()):
         super().__init__(what)
-        self.what, self.error, self.made_up = what, error, made_up
+        self.what, self.error, self.made_up, self.frozen = what, error, made_up, tuple(frozen)
         message = str(error)
         self.trap = RETURNS_WRONG if any(w in message for w in RETURNED_WRONG_WORDS) else trap
 
@@ -118,6 +119,20 @@ class Context:
     def arg(self, i):
         return f"`{self.op.slots[i].name}`"
 
+    def frozen_by_checker(self, frozen):
+        """Those of the frozen inputs that no caller passes frozen: a variation only the checker makes."""
+        return [i for i in frozen if i not in self.op.frozen_by_callers]
+
+    def refusal_of_frozen(self, check, raised):
+        """The note for the op's refusal of inputs the checker froze and no caller freezes (legal: the op's
+        callers never make that call); re-raises any other raise, for the runner to word."""
+        if not raised.frozen:
+            raise raised
+        which = ", ".join(self.arg(i) for i in raised.frozen)
+        return Note(check, f"refuses {which} frozen (requires_grad=False), which no caller does ({raised.message}); "
+                           f"if a caller does, name it in frozen_by_callers, and the refusal is a crash",
+                    REFUSED_FROZEN)
+
     # -- random draws, each from its own named stream ----------------------------------------
 
     def draw(self, name, like):
@@ -136,7 +151,7 @@ class Context:
         try:
             return forward(self.op, frozen=frozen, values=self.values if values is None else values)
         except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
-            raise raised(what, error, made_up=made_up or self.grown) from error
+            raise raised(what, error, made_up=made_up or self.grown, frozen=self.frozen_by_checker(frozen)) from error
 
     def grads(self, run, grad_outputs, what, made_up=False, retain_graph=False, only=None, raw=False):
         """The gradients of run's outputs under grad_outputs (one for each output that carries a gradient
@@ -146,7 +161,8 @@ class Context:
         try:
             grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions)
         except Exception as error:  # noqa: BLE001
-            raise raised(what, error, made_up=made_up or self.grown) from error
+            frozen = self.frozen_by_checker(i for i in self.op.inputs if run.leaves[i] is None)
+            raise raised(what, error, made_up=made_up or self.grown, frozen=frozen) from error
         return grads if raw else copies(grads)
 
     def vjp(self, grad_outputs, what, values=None, frozen=(), made_up=False, fresh=True, raw=False):
@@ -216,6 +232,10 @@ class Context:
 
     def why_loose(self, expected, i):
         """Why input i's right gradient is too loose to judge by, for an Undecided line."""
+        if i in self.truth.undifferenced:
+            return (f"{self.arg(i)} holds only {self.truth.undifferenced[i].lattice_words}: a float on a lattice may "
+                    f"be an index or a count, which no step may move, so finite differences leave it alone"
+                    f"{self.where()}: pass a reference (or name it in no_grad, if it takes no gradient)")
         if self.truth.by_reference:
             return (f"the forward is {self.forward_error:.3g} (relative) off the reference{self.where()}, so its "
                     f"gradients are held only to {expected.tolerance[i]:.2g}, too loose to judge")

@@ -65,6 +65,8 @@ NOT_GROWN = "inputs not grown"
 BUFFER_UPDATED = "updates an argument it takes no gradient for"
 FORWARD_PRECISION = "the forward's precision"
 SUMMED_TO_SIZE = "a gradient autograd sums to its input's shape"
+CONTRACT = "the values' contract kept"
+REFUSED_FROZEN = "refuses an input frozen, which no caller does"
 OTHER = "other"
 
 

@@ -3,7 +3,7 @@ or drops it (Chapter 15: one gradient per input, each like its input)."""
 import torch
 
 from .calling import backward_method, carries_gradient
-from .context import raised
+from .context import OpRaised, raised
 from .report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
 
 
@@ -21,7 +21,7 @@ def direct_backward(context, frozen=()):
             try:
                 returned = backward(node, *all_grad_outputs(run, g, materialize=False))
             except Exception as error:  # noqa: BLE001  (the op's own raise)
-                raise raised("backward called directly", error) from error
+                raise raised("backward called directly", error, frozen=context.frozen_by_checker(frozen)) from error
     return (returned if isinstance(returned, tuple) else (returned,)), run
 
 
@@ -49,7 +49,11 @@ def returned_gradients(context, check):
     outcomes = []
     inputs = context.op.inputs
     for frozen in [()] + ([(i,) for i in inputs] if len(inputs) > 1 else []):
-        returned, run = direct_backward(context, frozen)
+        try:
+            returned, run = direct_backward(context, frozen)
+        except OpRaised as refusal:
+            outcomes.append(context.refusal_of_frozen(check, refusal))
+            continue
         positional = [s for s in context.op.slots if not isinstance(s.key, str)]
         if len(returned) > len(positional) and all(r is None for r in returned[len(positional):]):
             returned = returned[:len(positional)]  # trailing Nones: autograd drops them

@@ -21,7 +21,8 @@ from . import returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
-from .report import (COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
+from .contracts import Unkept, found
+from .report import (CONTRACT, COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
                      CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD, Finding,
                      Note, Undecided)
@@ -145,6 +146,8 @@ def attempt(check, context):
         outcomes = list(check.run(context, check.name))
     except UsageError:
         raise
+    except Unkept as unkept:
+        return [Undecided(check.name, unkept_words(context, unkept, "so this check decides nothing"))]
     except OpFaulted as fault:
         return [Finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}{context.where()}: {fault.message}; "
                                              f"{LOST}, so no later check in this process can run (the pytest plugin "
@@ -155,6 +158,8 @@ def attempt(check, context):
         message = raised.message
         if "0 active drivers" in message:
             message += " (it calls a GPU-only Triton API, which the interpreter lacks: check it on a GPU)"
+        if raised.frozen:
+            return [context.refusal_of_frozen(check.name, raised)]
         if raised.what == DIFFERENCED:
             return [Undecided(check.name, f"finite differences need the op on nudged values, and it refuses them "
                                           f"({message}): pass a reference")]
@@ -174,6 +179,19 @@ def attempt(check, context):
     if strays:
         raise AssertionError(f"check {check.name!r} reported {strays[0].trap.name!r}, which is not in its traps")
     return outcomes
+
+
+def unkept_words(context, unkept, so):
+    """Why values the checker would make up cannot be made: the input, and the property its given values hold
+    that no made-up values could keep."""
+    which = context.arg(unkept.where) if unkept.where is not None else "an input"
+    return f"the checker could not make values of {which} that keep what the given ones hold: {', '.join(unkept.lost)}; {so}"
+
+
+def contract_notes(context):
+    """A note for each input whose values' contract changes what the checker makes up or compares."""
+    contracts = {i: found(context.values[i]) for i in context.op.inputs}
+    return [Note("the values' contract", c.describe(context.arg(i)), CONTRACT) for i, c in contracts.items() if c.noted]
 
 
 def run_set(context, options):
@@ -209,7 +227,11 @@ def grown_context(op, given, reference, earlier):
         return None, Note("the grown inputs", f"inputs not grown past one block ({why_not}): pass inputs of several "
                                               f"thousand elements to check every block and the tail", NOT_GROWN)
     for plan in plans:
-        values_ = grow(given.values, plan)
+        try:
+            values_ = grow(given.values, plan)
+        except Unkept as unkept:
+            return None, Undecided("the grown inputs", unkept_words(given, unkept, "so nothing is decided on inputs "
+                                                                                    "grown past one block"))
         try:
             context = Context(op, values_, GROWN, reference, given=given, earlier=earlier)
             if reference is not None:
@@ -241,7 +263,7 @@ def run(op, reference, second_order=False, grow_inputs=True):
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
     except (OpRaised, OpFaulted):
         pass  # the op refuses nudged values, or faults on them: the checks that need the right gradient say so
-    outcomes = run_set(given, options)
+    outcomes = contract_notes(given) + run_set(given, options)
     checked = [describe_shapes(op.values)]
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
         try:

@@ -1,7 +1,7 @@
 """State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
 from .context import OpFaulted
 from .report import KEEPS_STATE, Finding, Passed, Undecided
-from .strategies import grow, growth_plans, jittered, randn
+from .strategies import grow, growth_plans, jittered_inputs, randn
 from .truth import TOLERANCE, Truth, flat, relative_error
 
 # Two calls of a stateless op give the same gradient, but for the order of a nondeterministic sum
@@ -33,9 +33,9 @@ def same_call_twice(context, check):
 
 
 def other_values(context):
-    """The differentiable inputs jittered (the checker's own to vary); every other argument as given."""
-    return [jittered(v, f"other values {i}", context.base) if i in context.op.inputs else v
-            for i, v in enumerate(context.values)]
+    """The differentiable inputs jittered (the checker's own to vary), each keeping its contract; every other
+    argument as given."""
+    return jittered_inputs(context.values, context.op.inputs, "other values", context.base)
 
 
 def between_calls(context, check):
@@ -81,10 +81,9 @@ def right_on_a_new_shape(context, i):
     plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
     if not plans or not context.truth.by_reference:
         return False
-    values = grow(context.values, plans[-1])
-    others = [jittered(v, f"a new shape, other values {k}", context.base) if k in context.op.inputs else v
-              for k, v in enumerate(values)]
     try:
+        values = grow(context.values, plans[-1])
+        others = jittered_inputs(values, context.op.inputs, "a new shape, other values", context.base)
         outputs = context.run("on values of a new shape", values=values, made_up=True).graded
         g = [randn(o.shape, o, f"a new shape {k}", context.base) for k, o in enumerate(outputs)]
         first = context.vjp(g, "on values of a new shape", values=values, made_up=True)
@@ -92,7 +91,7 @@ def right_on_a_new_shape(context, i):
         right = [Truth(context.op, v, context.reference, context.graded_positions).expected(g) for v in (values, others)]
     except OpFaulted:
         raise
-    except Exception:  # noqa: BLE001  (the op or the reference refuses the new shape: nothing to tell)
+    except Exception:  # noqa: BLE001  (no values keep the contract there, or the op or the reference refuses them)
         return False
     return (right[0].error(first[i], i, values[i].shape) <= 1.0 and
             right[1].error(second[i], i, others[i].shape) > 1.0)

@@ -22,6 +22,8 @@ import zlib
 
 import torch
 
+from .contracts import NOTHING, Unkept, found
+
 BLOCK = 1024          # the chapter's kernels' block: a grown input spans several, with a ragged tail
 GROWN_NUMEL = 3 * BLOCK + 1
 
@@ -131,25 +133,35 @@ def transposed_copy(t):
     return t.detach().permute(*reverse).contiguous().permute(*reverse)
 
 
-def padded_copy(t):
-    """The same values as a view into a wider buffer whose gaps hold NaN: each row padded (`qkv[:, :d]`,
+def padded_copy(t, fill=float("nan")):
+    """The same values as a view into a wider buffer whose gaps hold fill (NaN): each row padded (`qkv[:, :d]`,
     strides (d + 3, 1)) where t has 2 or more dims, every other element (`x[::2]`) where it has 1. A kernel
     that takes the row stride, or the element stride, for granted reads NaN."""
     t = t.detach()
     if t.dim() >= 2:
-        wider = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=t.dtype, device=t.device)
+        wider = torch.full((*t.shape[:-1], t.shape[-1] + 3), fill, dtype=t.dtype, device=t.device)
         view = wider.narrow(-1, 0, t.shape[-1])
     else:
-        wider = torch.full((2 * t.shape[0],), float("nan"), dtype=t.dtype, device=t.device)
+        wider = torch.full((2 * t.shape[0],), fill, dtype=t.dtype, device=t.device)
         view = wider[::2]
     return view.copy_(t)
 
 
-# How an input is laid out otherwise, with the same values: by name, where the op may be handed it.
-INPUT_LAYOUTS = {
-    "laid out transposed": transposed_copy,
-    "a padded view (`x[:, :d]` of a wider buffer, or `x[::2]`)": padded_copy,
-}
+# How an input is laid out otherwise, with the same values, where the op may be handed it.
+TRANSPOSED, PADDED = "transposed", "padded"
+INPUT_LAYOUTS = {TRANSPOSED: transposed_copy, PADDED: padded_copy}
+
+
+def layout_words(label, laid, name):
+    """How input `name` is laid out (label, as laid), in the report's words: the view a caller would write, and
+    its strides."""
+    strides = tuple(laid.stride())
+    if label == TRANSPOSED:
+        return f"laid out transposed (strides {strides})"
+    if laid.dim() >= 2:
+        d = laid.shape[-1]
+        return f"given as `{name}[..., :{d}]` of a buffer {d + 3} wide (strides {strides}, the gaps NaN)"
+    return f"given as `{name}[::2]` of a buffer twice its length (strides {strides}, the gaps NaN)"
 
 
 def input_layouts_for(t):
@@ -166,12 +178,14 @@ def input_layouts_for(t):
     return chosen
 
 
-def jittered(t, name, base=0):
+def jittered(t, name, base=0, contract=None):
     """Other values of t's shape and sign, in its regime: each scaled by a factor in (0.75, 1.25), and kept
     within the given values' range (a probability stays a probability). A value the factor would carry out
     of the range is scaled by the mirrored factor (2 - f) instead, and one still outside is drawn at random
     inside it: never clamped, since a clamp would make values equal that were not (a tie at a row's
-    maximum, which a selection op may break either way)."""
+    maximum, which a selection op may break either way). Then every property of the contract (t's own, by
+    default: see contracts.py) is kept: symmetric stays symmetric, sorted stays sorted, integers stay
+    integers; Unkept where one cannot be."""
     where = draw_on(t.numel(), t.device)
     draws = generator(name, base, where)
     factor = (torch.rand(t.shape, generator=draws, dtype=torch.float64, device=where) * 0.5 + 0.75).to(t.device)
@@ -188,6 +202,9 @@ def jittered(t, name, base=0):
         scaled = torch.where(out(scaled), values * (2.0 - factor), scaled)
         scaled = torch.where(out(scaled), low + (high - low) * inside, scaled)
         scaled = torch.where(values.isfinite(), scaled, values)
+    contract = found(t) if contract is None else contract
+    if contract != NOTHING:
+        scaled = contract.keep(scaled, t.dtype)
     return scaled.to(t.dtype).contiguous()
 
 
@@ -221,7 +238,8 @@ def growth_plans(values, slots, grown_inputs):
     Only the floating-point inputs in grown_inputs grow, and only along sizes no other argument
     pins (protected_sizes). The first plan also grows two equal dimensions of one input to two
     different sizes (so a square input stops being square, and a shape[0] for shape[1] shows); the
-    second keeps equal sizes equal, everywhere (a matrix product's inner dimensions)."""
+    second keeps equal sizes equal, everywhere (a matrix product's inner dimensions). A symmetric input
+    stays square in both."""
     tensors = {i: values[i] for i in grown_inputs}
     largest = max(tensors.values(), key=lambda t: t.numel())
     if largest.numel() >= GROWN_NUMEL:
@@ -248,7 +266,10 @@ def growth_plans(values, slots, grown_inputs):
     asymmetric = dict(symmetric)
     repeated = False
     for i, t in tensors.items():
+        square = found(t).symmetric
         for d, s in enumerate(t.shape):
+            if square and d >= t.dim() - 2:
+                continue
             if s in new and list(t.shape[:d]).count(s):  # the second (third...) dimension of this size
                 asymmetric[(i, d)] = new[s] + 2 * list(t.shape[:d]).count(s)
                 repeated = True
@@ -257,7 +278,9 @@ def growth_plans(values, slots, grown_inputs):
 
 
 def grow(values, plan):
-    """values with each input of the plan grown: tiled along its grown dimensions, then jittered."""
+    """values with each input of the plan grown: tiled along its grown dimensions, then jittered, keeping every
+    property of the given values (a tiled symmetric matrix is symmetric, but singular: see contracts.py);
+    Unkept where one cannot be."""
     grown = list(values)
     for i in sorted({i for i, _ in plan}):
         t = values[i]
@@ -267,8 +290,22 @@ def grow(values, plan):
             if size is not None:
                 index = torch.arange(size, device=t.device) % t.shape[d]
                 out = out.index_select(d, index)
-        grown[i] = jittered(out, f"grown input {i}")
+        grown[i] = kept_jittered(out, i, f"grown input {i}", contract=found(t))
     return grown
+
+
+def kept_jittered(t, i, name, base=0, contract=None):
+    """jittered(t, ...), for input i: an Unkept says which input it is."""
+    try:
+        return jittered(t, name, base, contract)
+    except Unkept as unkept:
+        raise Unkept(unkept.lost, where=i) from None
+
+
+def jittered_inputs(values, inputs, name, base=0):
+    """values with each of inputs jittered (stream name and its position), keeping its contract; every other
+    argument as it is."""
+    return [kept_jittered(v, i, f"{name} {i}", base) if i in inputs else v for i, v in enumerate(values)]
 
 
 def describe_shapes(values):

@@ -5,7 +5,7 @@ import torch
 from .context import OpRaised, largest_change
 from .report import (CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT, MUTATES_GRAD_OUTPUT, REFUSED,
                      Finding, Note, Passed)
-from .strategies import input_layouts_for, layouts_for
+from .strategies import input_layouts_for, layout_words, layouts_for
 from .truth import flat, relative_error
 
 # torch's words for an in-place write into a tensor whose elements share memory (a stride-0 grad_output)
@@ -118,24 +118,26 @@ def other_input_layouts(context, check):
 
 def one_input_layout(context, check, g, i, label, laid):
     """input i laid out as laid (label says how): a Note where the op refuses it, a Finding where the op
-    gets it wrong, None where it is right."""
+    gets it wrong, None where it is right. The finding names the input whose layout decides it, laid out how,
+    and each gradient it changed, by how much."""
     values = list(context.values)
     values[i] = laid
+    how = layout_words(label, laid, context.op.slots[i].name)
     want = context.run("with contiguous inputs")
     try:
-        run = context.run(f"with {context.arg(i)} {label}", values=values, made_up=True)
+        run = context.run(f"with {context.arg(i)} {how}", values=values, made_up=True)
     except OpRaised as raised:
-        return Note(check, f"refuses {context.arg(i)} {label} ({raised.message})", REFUSED)
+        return Note(check, f"refuses {context.arg(i)} {how} ({raised.message})", REFUSED)
     off = max((relative_error(flat(a), flat(b)) for a, b in zip(run.graded, want.graded)), default=0.0)
     if off > context.output_tolerance():
-        return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {label} (the same values), the forward's "
+        return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the forward's "
                                                 f"output is {off:.3g} (relative) off{context.where()}",
                        input=context.arg(i))
     ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
     try:
-        got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} {label}")
+        got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} {how}")
     except OpRaised as raised:
-        return Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {label}, and the backward "
+        return Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {how}, and the backward "
                                                 f"takes it contiguous, but raises for it so: {raised.message}"
                                                 f"{context.where()}", input=context.arg(i),
                        error=type(raised.error).__name__)
@@ -144,12 +146,24 @@ def one_input_layout(context, check, g, i, label, laid):
         return None
     if context.values[i].shape == context.outputs[0].shape and \
             read_with_input_strides(context, i, 0, laid, [t.clone() for t in g]):
-        return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} {label} and "
+        return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} {how} and "
                                                    f"grad_output contiguous, right when grad_output is laid out the "
                                                    f"same way: the backward reads grad_output with "
                                                    f"{context.arg(i)}'s strides{context.where()}", input=context.arg(i))
-    j = min(differ)
-    return Finding(check, CONTIGUOUS_INPUT, f"{context.name(j)}with {context.arg(i)} {label} (the same values), the "
-                                            f"forward is right but the gradient is {differ[j]:.3g} (relative) off: "
-                                            f"the backward reads the saved input as if contiguous{context.where()}",
+    changed = "; ".join(how_changed(context, i, j, got[j], ref[j], differ[j]) for j in sorted(differ))
+    reads = f"the saved {context.arg(i)}" if set(differ) == {i} else context.arg(i)
+    return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the forward is right "
+                                            f"but {changed}, against the same call with {context.arg(i)} contiguous: "
+                                            f"the backward reads {reads} as if contiguous{context.where()}",
                    input=context.arg(i))
+
+
+def how_changed(context, i, j, got, ref, difference):
+    """How input j's gradient changed with input i laid out otherwise: by how much (relative), or, where it took
+    in the NaN of i's gaps, in how many elements."""
+    if got is not None and got.shape == ref.shape:
+        spoiled = ~got.isfinite() & ref.isfinite()
+        if bool(spoiled.any()):
+            return (f"{context.arg(j)}'s gradient is NaN or infinite in {int(spoiled.sum())} of {got.numel()} elements "
+                    f"(the NaN between {context.arg(i)}'s elements)")
+    return f"{context.arg(j)}'s gradient is {difference:.3g} (relative) off"

@@ -27,6 +27,7 @@ import time
 import torch
 
 from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call
+from .contracts import found, projection
 from .strategies import BLOCK, generator, randn_flat
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
@@ -150,16 +151,20 @@ class Expected:
     rounding: per argument, how far the reference itself lands from its float64 answer when it computes
     in the op's dtype, element by element (None where that is not known: finite differences, or a
     reference that takes only the op's dtype); fine: the same, and under TF32 operands for a float32 op,
-    for judging element by element."""
+    for judging element by element. projected: per argument, the part of a gradient its values' contract lets
+    through (contracts.py: a symmetric matrix's symmetric part), which grads holds and every gradient judged
+    is taken to first; None where the whole gradient counts."""
     grads: list
     indices: list
     tolerance: list
     rounding: list = None
     fine: list = None
+    projected: list = None
 
     def __post_init__(self):
         self.rounding = self.rounding or [None] * len(self.grads)
         self.fine = self.fine or [None] * len(self.grads)
+        self.projected = self.projected or [None] * len(self.grads)
 
     @functools.cached_property
     def floor(self):
@@ -223,6 +228,8 @@ class Expected:
     def sample(self, got, i):
         """What is known of got, as self.grads[i] holds it: every element, a sample of them, or its inner
         products with random directions."""
+        if self.projected[i] is not None:
+            got = self.projected[i](got)
         g, index = flat(got), self.indices[i]
         if index is None:
             return g
@@ -324,18 +331,38 @@ class Reference:
         return relative_error(rounded, exact)
 
 
+def same_picks(these, those):
+    """Whether two calls of the op picked alike: the same integer and boolean outputs."""
+    return len(these) == len(those) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(these, those))
+
+
+def within_bounds(contract, x, moved, step):
+    """The largest share (at most 1) of a move of x by moved (both flat, float64) that stays inside the contract's
+    bounds (non-negative, within [0, 1]) at twice the step, with room to spare; 0 where an element at a bound
+    would move."""
+    room = contract.boundaries(x)
+    moving = moved != 0
+    if not bool(moving.any()):
+        return 1.0
+    return min(1.0, (room[moving] / (4 * step * moved[moving].abs())).min().item())
+
+
 class FiniteDifferences:
     """grad_output . J, with J built once by central differences, at two steps: their disagreement
     measures the differences' own noise, and sets the tolerance."""
 
-    def __init__(self, op, values, graded, sample=False):
+    def __init__(self, op, values, graded, sample=False, contracts=None):
         self.op, self.values, self.graded = op, values, graded
+        self.contracts = contracts if contracts is not None else {i: found(values[i]) for i in op.inputs}
         self.dtype = torch.float64
         try:
-            base = self._outputs(self._copies(torch.float64))
-        except Exception:  # an op that refuses float64: difference it in its own dtype
+            base, self.picked = self._call(self._copies(torch.float64))
+            if not same_picks(self._call(self._copies(None))[1], self.picked):
+                raise ValueError("float64 picks otherwise")
+        except Exception:  # an op that refuses float64, or picks otherwise in it: difference it in its own dtype
+            # (a pivot among values tied in float32 and not in float64 makes float64 differences another selection's)
             self.dtype = None
-            base = self._outputs(self._copies(None))
+            base, self.picked = self._call(self._copies(None))
         per_call = float("inf")
         for _ in range(2):  # timed after the first call, which may compile
             start = time.perf_counter()
@@ -345,8 +372,9 @@ class FiniteDifferences:
         self.columns = {}
         for i in op.inputs:
             n = values[i].numel()
-            self.columns[i] = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
+            columns = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
                 else torch.arange(n, device="cpu")
+            self.columns[i] = self._within_contract(i, columns)
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         self.directions = {}  # input: its RandomDirections
         if calls > FD_MAX_CALLS:
@@ -398,12 +426,59 @@ class FiniteDifferences:
                 else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
 
     def _outputs(self, values):
+        return self._call(values)[0]
+
+    def _call(self, values):
+        """The op on values: (its outputs that carry a gradient, flat float64, one after another; what it picked:
+        its integer and boolean outputs, an index, a permutation, a mask)."""
         with torch.no_grad():
             everything = flatten(seeded_call(self.op, values))
             outs = [everything[k] for k in self.graded]
+        picked = [t for t in everything if not t.is_floating_point() and not t.is_complex()]
         if not outs:
-            return torch.zeros(0, dtype=torch.float64, device="cpu")
-        return torch.cat([flat(o) for o in outs])
+            return torch.zeros(0, dtype=torch.float64, device="cpu"), picked
+        return torch.cat([flat(o) for o in outs]), picked
+
+    def _either_side(self, i, move):
+        """The outputs with input i moved either way, move(t, 1.0) and move(t, -1.0) in place: (up, down, crossed).
+        crossed: what the op picked (an integer output) differs from what it picks at the given values on
+        either side, so the step crossed the boundary of a selection (a pivot, a top-k between tied values),
+        where there is no derivative to difference; such a step is left out, as a kink is."""
+        plus, minus = self._copies(self.dtype), self._copies(self.dtype)
+        move(plus[i], 1.0)
+        move(minus[i], -1.0)
+        (up, up_picked), (down, down_picked) = self._call(plus), self._call(minus)
+        return up, down, not (same_picks(up_picked, self.picked) and same_picks(down_picked, self.picked))
+
+    def _within_contract(self, i, columns):
+        """The columns of input i that finite differences step, given its contract: none on a lattice (a float
+        that may be an index or a count is never stepped: see undifferenced), one of each mirrored pair of a
+        symmetric matrix (its column is the pair, stepped together)."""
+        contract = self.contracts[i]
+        if contract.lattice:
+            return columns[:0]
+        if contract.symmetric:
+            n = self.values[i].shape[-1]
+            return columns[(columns // n) % n <= columns % n]
+        return columns
+
+    @property
+    def undifferenced(self):
+        """{input: its contract} for the inputs finite differences never step (on a lattice)."""
+        return {i: c for i, c in self.contracts.items() if c.lattice}
+
+    def _column(self, i, k):
+        """Flat element k of input i as a direction, float64 and shaped like the input, projected onto its
+        contract where that takes only part of a gradient (contracts.Contract.project): there the derivative
+        along it is element k of the projected gradient, and the step keeps the input within the contract (a
+        symmetric matrix moves both mirrored elements); None where the element moves alone."""
+        contract = self.contracts[i]
+        if not contract.projects:
+            return None
+        x = self.values[i].detach().double()
+        e = torch.zeros(x.numel(), dtype=torch.float64, device=x.device)
+        e[k] = 1.0
+        return contract.project(e.reshape(x.shape), x)
 
     @staticmethod
     def _nudge(t, k, h):
@@ -428,19 +503,34 @@ class FiniteDifferences:
         # has no neighbourhood to difference, and is left out like a kink.
         finite = x[x.isfinite()]
         typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
-        scale = {k: max(abs(x[k].item()), typical or 1.0) for k in columns.tolist()}
-        rows, gaps = {1: [], 2: []}, {1: [], 2: []}
+        # A step stays inside the input's contract: along its column projected onto it, and short of a bound
+        # (an element at one, 0 in a non-negative input, has no room on one side, and is left out like a kink).
+        contract = self.contracts[i]
+        scale, direction = {}, {}
+        for k in columns.tolist():
+            direction[k] = self._column(i, k)
+            scale[k] = max(abs(x[k].item()), typical or 1.0)
+            if contract.bounded and math.isfinite(x[k].item()):
+                moved = torch.zeros_like(x) if direction[k] is None else direction[k].reshape(-1).cpu()
+                moved[k] = 1.0 if direction[k] is None else moved[k]
+                scale[k] *= within_bounds(contract, x, scale[k] * moved, step)
+        rows, gaps, crossed = {1: [], 2: []}, {1: [], 2: []}, set()
         for k in columns.tolist():
             for factor in (1, 2):
-                if not math.isfinite(x[k].item()):
+                if not math.isfinite(x[k].item()) or scale[k] == 0.0:
                     rows[factor].append(torch.full_like(center, float("nan")))
                     gaps[factor].append(torch.full_like(center, float("nan")))
                     continue
                 h = factor * step * scale[k]
-                plus, minus = self._copies(self.dtype), self._copies(self.dtype)
-                self._nudge(plus[i], k, h)
-                self._nudge(minus[i], k, -h)
-                up, down = self._outputs(plus), self._outputs(minus)
+                if direction[k] is None:
+                    def move(t, sign):
+                        self._nudge(t, k, sign * h)
+                else:
+                    def move(t, sign):
+                        t.add_((sign * h * direction[k]).to(device=t.device, dtype=t.dtype))
+                up, down, crossing = self._either_side(i, move)
+                if crossing:
+                    crossed.add(k)
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)  # right slope minus left slope
         if not columns.numel():
@@ -448,14 +538,16 @@ class FiniteDifferences:
             return empty, empty, torch.zeros(0, dtype=torch.bool, device="cpu")
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        steps = torch.tensor([step * scale[k] for k in columns.tolist()],
+        steps = torch.tensor([step * (scale[k] or 1.0) for k in columns.tolist()],
                              dtype=torch.float64, device=fine.device)
         # Rounding moves a one-sided slope by about eps * |output| / step; a thousandth of the steepest
         # slope is far more than curvature changes a central difference over one step.
         allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
-        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite()
+        steppable = torch.tensor([scale[k] > 0 and k not in crossed for k in columns.tolist()], dtype=torch.bool,
+                                 device="cpu")
+        smooth = ((central <= allowed) & (doubling <= allowed)).cpu() & x[columns].isfinite() & steppable
         return fine, coarse, smooth
 
     @property
@@ -467,7 +559,7 @@ class FiniteDifferences:
         input's typical size), drawn one at a time on the input's device when asked for, never held all at
         once: twelve directions of a large input are more memory than the input. An element that is
         exactly 0 (a ReLU's kink, a padded zero) or not finite stays where it is, so no direction crosses a
-        kink there."""
+        kink there. An input on a lattice gets none (see undifferenced)."""
         x = flat(self.values[i].detach())
         n = x.numel()
         finite = x[x.isfinite()]
@@ -476,7 +568,7 @@ class FiniteDifferences:
         tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)
         spans = {"every element": (0, n), "the first block": (0, min(n, BLOCK)), "the last block": (tail, n)}
         plan = []
-        for label, count in DIRECTIONS.items():
+        for label, count in DIRECTIONS.items() if not self.contracts[i].lattice else ():
             if label != "every element" and n <= BLOCK:
                 continue
             start, stop = spans[label]
@@ -496,20 +588,27 @@ class FiniteDifferences:
         """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
         rows (one a direction, over the outputs), less the directions whose steps straddle a kink."""
         directions = self.directions[i]
+        directions.bound(step)
+        if not directions.plan:
+            directions.keep([], step)
+            empty = torch.zeros(0, center.numel(), dtype=torch.float64, device=center.device)
+            return empty, empty
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
-        rows, gaps = {1: [], 2: []}, {1: [], 2: []}
+        rows, gaps, crossed = {1: [], 2: []}, {1: [], 2: []}, []
         for k in range(len(directions.plan)):
             u = directions.unit(k)
+            crossing = False
             for factor in (1, 2):
                 h = factor * step
-                plus, minus = self._copies(self.dtype), self._copies(self.dtype)
-                shift = (h * u).reshape(plus[i].shape).to(device=plus[i].device, dtype=plus[i].dtype)
-                plus[i].add_(shift)
-                minus[i].sub_(shift)
-                up, down = self._outputs(plus), self._outputs(minus)
+
+                def move(t, sign):
+                    t.add_((sign * h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype))
+                up, down, crossed_here = self._either_side(i, move)
+                crossing |= crossed_here
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)
+            crossed.append(crossing)
             del u
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
@@ -519,7 +618,8 @@ class FiniteDifferences:
         # A direction along which no output moved at either step says nothing of a derivative below the op's
         # resolution (a float32 loss of a large input, a block of ignored rows): it is left out, as a kink is.
         moved = ((fine != 0) | (coarse != 0)).any(dim=1)
-        smooth = ((central <= allowed) & (doubling <= allowed) & moved).cpu()
+        uncrossed = ~torch.tensor(crossed, dtype=torch.bool, device="cpu")
+        smooth = ((central <= allowed) & (doubling <= allowed) & moved).cpu() & uncrossed
         self.kinks[i] = int((~smooth).sum())
         directions.keep([k for k, keep in enumerate(smooth.tolist()) if keep], step)
         on_device = smooth.to(fine.device)
@@ -562,12 +662,29 @@ class RandomDirections:
     def labels(self):
         return [self.plan[k][0] for k in self.kept]
 
+    def bound(self, step):
+        """Each element's size in the directions capped so that a step (at twice step) stays short of the
+        contract's bounds (0 in a non-negative input: an element at a bound stays where it is)."""
+        contract = self.differences.contracts[self.i]
+        x = flat(self.differences.values[self.i].detach()).to(self.scale.device)
+        self.scale = torch.minimum(self.scale, contract.boundaries(x) / (4 * step))
+        self.step = step
+
     def unit(self, k):
+        """Direction k, flat: random, each element in proportion to its scale, within its span; projected onto the
+        input's contract where that takes only part of a gradient (a symmetric direction for a symmetric
+        matrix), and shortened where the projection moved an element at a bound."""
         _, start, stop, name = self.plan[k]
         z = randn_flat(self.scale.numel(), self.scale.device, name)
         z[:start] = 0.0
         z[stop:] = 0.0
-        return z * self.scale
+        u = z * self.scale
+        contract = self.differences.contracts[self.i]
+        if not contract.projects:
+            return u
+        x = self.differences.values[self.i].detach().double().to(u.device)
+        u = contract.project(u.reshape(x.shape), x).reshape(-1)
+        return u * within_bounds(contract, flat(x), u, self.step) if contract.bounded else u
 
     def keep(self, kept, step):
         self.kept, self.step = kept, step
@@ -601,8 +718,9 @@ class Truth:
     def __init__(self, op, values, reference, graded, sample=False):
         self.op, self.values = op, values
         self.base = [dtype_tolerance(v) for v in values]
+        self.contracts = {i: found(values[i]) for i in op.inputs}
         self.source = Reference(op, values, reference) if reference is not None else \
-            FiniteDifferences(op, values, graded, sample=sample)
+            FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts)
 
     @property
     def by_reference(self):
@@ -635,7 +753,17 @@ class Truth:
         self.base = [max(t, 4 * forward_error) if t else t for t in self.base]
 
     def expected(self, grad_outputs):
-        return self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))
+        expected = self.source.expected([g.detach().contiguous() for g in grad_outputs], list(self.base))
+        for i, contract in self.contracts.items():
+            expected.projected[i] = projection(contract, self.values[i])
+            if expected.projected[i] is not None and expected.indices[i] is None:
+                expected.grads[i] = flat(expected.projected[i](expected.grads[i].reshape(self.values[i].shape)))
+        return expected
+
+    @property
+    def undifferenced(self):
+        """{input: its contract} for the inputs finite differences never step; none with a reference."""
+        return {} if self.by_reference else self.source.undifferenced
 
     def tf32_error(self, grad_outputs, i):
         """How far TF32-rounded operands alone move input i's right gradient (relative); 0 where unknown."""

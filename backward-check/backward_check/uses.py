@@ -38,8 +38,13 @@ def frozen_inputs(context, check):
     with every input wanting one, as the op itself gives it."""
     g = context.randoms("frozen inputs")
     everyone = context.vjp(g, "with every input wanting a gradient")
+    notes = []
     for i in context.op.inputs:
-        got = context.vjp(g, f"with {context.arg(i)} frozen", frozen={i})
+        try:
+            got = context.vjp(g, f"with {context.arg(i)} frozen", frozen={i})
+        except OpRaised as raised:
+            notes.append(context.refusal_of_frozen(check, raised))
+            continue
         others = [j for j in context.op.inputs if j != i]
         differ = context.same(got, everyone, others)
         if differ:
@@ -48,8 +53,8 @@ def frozen_inputs(context, check):
                     f"{differ[j]:.3g} (relative) off the one it has")
             return [Finding(check, RETURNS_WRONG, f"with {context.arg(i)} frozen (requires_grad=False), "
                                                   f"{context.arg(j)}'s gradient is {what} with every input wanting "
-                                                  f"a gradient{context.where()}", input=context.arg(j))]
-    return [Passed(check)]
+                                                  f"a gradient{context.where()}", input=context.arg(j))] + notes
+    return notes + [Passed(check)]
 
 
 def unused_outputs(context, check):

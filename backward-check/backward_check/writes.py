@@ -3,9 +3,14 @@ of the same tensor reads it too), and a backward may not change what it saved.""
 import torch
 
 from .calling import carries_gradient, clip, flatten, seeded_call
-from .context import frozen_sets, largest_change, reraise_fault
+from .context import OpRaised, frozen_sets, largest_change, reraise_fault
 from .report import BUFFER_UPDATED, KEEPS_STATE, MUTATES_GRAD_OUTPUT, WRITES, Finding, Note, Passed
 from .truth import flat
+
+
+def passed_unless_found(check, outcomes):
+    """outcomes, and the check passed where none of them is a finding (a note alone is legal)."""
+    return outcomes if any(isinstance(o, Finding) for o in outcomes) else outcomes + [Passed(check)]
 
 
 def frozen_words(context, frozen):
@@ -24,7 +29,11 @@ def forward_writes(context, check):
     the same tensor shows the damage."""
     seen, outcomes = set(), []
     for frozen in frozen_sets(context):
-        run = context.run("the forward" + frozen_words(context, frozen), frozen=frozen)
+        try:
+            run = context.run("the forward" + frozen_words(context, frozen), frozen=frozen)
+        except OpRaised as raised:
+            outcomes.append(context.refusal_of_frozen(check, raised))
+            continue
         for i, (given, passed) in enumerate(zip(context.values, run.passed)):
             if not isinstance(given, torch.Tensor) or i in seen:
                 continue
@@ -38,7 +47,7 @@ def forward_writes(context, check):
             outcomes.append(Finding(check, WRITES, f"the forward changed {context.arg(i)}{frozen_words(context, frozen)} "
                                     f"(largest change {change:.3g}) and did not declare it (ctx.mark_dirty)"
                                     f"{context.where()}; {harm(context, i)}", input=context.arg(i)))
-    return outcomes or [Passed(check)]
+    return passed_unless_found(check, outcomes)
 
 
 def harm(context, i):
@@ -72,10 +81,14 @@ def backward_writes(context, check):
             continue
         g = context.randoms("backward writes")
         kept = [t.clone() for t in g]
-        run = context.run("the forward" + frozen_words(context, frozen), frozen=frozen)
-        after_forward = [p.detach().clone() if isinstance(p, torch.Tensor) else None for p in run.passed]
-        outputs = [o.detach().clone() for o in run.outputs]
-        context.grads(run, g, "the backward, with a random grad_output" + frozen_words(context, frozen))
+        try:
+            run = context.run("the forward" + frozen_words(context, frozen), frozen=frozen)
+            after_forward = [p.detach().clone() if isinstance(p, torch.Tensor) else None for p in run.passed]
+            outputs = [o.detach().clone() for o in run.outputs]
+            context.grads(run, g, "the backward, with a random grad_output" + frozen_words(context, frozen))
+        except OpRaised as raised:
+            outcomes.append(context.refusal_of_frozen(check, raised))
+            continue
         change = max(largest_change(a, b) for a, b in zip(kept, g))
         if change and "grad_output" not in seen:
             seen.add("grad_output")
@@ -102,7 +115,7 @@ def backward_writes(context, check):
                 seen.add(("output", k))
                 outcomes.append(Finding(check, WRITES, f"the backward changed output {k} (largest change "
                                         f"{change:.3g}), which the caller holds{context.where()}"))
-    return outcomes or [Passed(check)]
+    return passed_unless_found(check, outcomes)
 
 
 def sibling(context):
