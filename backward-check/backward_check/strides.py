@@ -51,9 +51,14 @@ def layouts(context, check):
     if not failures:
         return [Passed(check)]
     wrong = [f for f in failures if f[0] is CONTIGUOUS_GRAD_OUTPUT]
-    for _, label, _, i, k, g_layout, g_contiguous in wrong:
-        if i is not None and g_layout.stride() and min(g_layout.stride()) > 0 and \
-                read_with_input_strides(context, i, k, g_layout, g_contiguous):
+    for _, label, _, found, k, g_layout, g_contiguous in wrong:
+        if not g_layout.stride() or min(g_layout.stride()) == 0:
+            continue
+        # a raise names no input: each input shaped like the output may be the one whose strides it read with
+        suspects = [found] if found is not None else [i for i in context.op.inputs
+                                                      if context.values[i].shape == g_layout.shape]
+        i = next((i for i in suspects if read_with_input_strides(context, i, k, g_layout, g_contiguous)), None)
+        if i is not None:
             others = [f[1] for f in wrong if f[1] != label]
             also = f"; also wrong {', '.join(others)}" if others else ""
             cause = Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with a grad_output {label} and "
@@ -100,6 +105,13 @@ def read_with_input_strides(context, i, k, g_layout, g_contiguous):
     return not context.same(both, want, [i])
 
 
+def reads_grad_output_like(context, i, laid, g):
+    """Whether the backward, wrong with input i laid out as laid and grad_output contiguous, is right with
+    grad_output laid out the same way: it reads grad_output with i's strides."""
+    return context.values[i].shape == context.outputs[0].shape and \
+        read_with_input_strides(context, i, 0, laid, [t.clone() for t in g])
+
+
 def other_input_layouts(context, check):
     """Each input laid out otherwise, with the same values: transposed (two or more dims), and as a padded
     view whose gaps hold NaN (`qkv[:, :d]`, or `x[::2]` for one dim). The forward and the gradients must be
@@ -135,6 +147,12 @@ def one_input_layout(context, check, g, i, label, laid):
     try:
         got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} {label}")
     except OpRaised as raised:
+        if reads_grad_output_like(context, i, laid, g):
+            return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}with {context.arg(i)} {label} and "
+                                                       f"grad_output contiguous the backward raises ({raised.message}), "
+                                                       f"and is right when grad_output is laid out the same way: the "
+                                                       f"backward reads grad_output with {context.arg(i)}'s strides"
+                                                       f"{context.where()}", input=context.arg(i))
         return Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {label}, and the backward "
                                                 f"takes it contiguous, but raises for it so: {raised.message}"
                                                 f"{context.where()}", input=context.arg(i),
@@ -142,8 +160,7 @@ def one_input_layout(context, check, g, i, label, laid):
     differ = context.same(got, ref)
     if not differ:
         return None
-    if context.values[i].shape == context.outputs[0].shape and \
-            read_with_input_strides(context, i, 0, laid, [t.clone() for t in g]):
+    if reads_grad_output_like(context, i, laid, g):
         return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} {label} and "
                                                    f"grad_output contiguous, right when grad_output is laid out the "
                                                    f"same way: the backward reads grad_output with "
