@@ -263,17 +263,83 @@ def probe_tf32(fam, case, dtype):
     return f"{worst:.3g} off (TF32's rounding)"
 
 
+def probe_exact_zero(fam, case, dtype):
+    """Right, and with a gradient element that is 0 in exact arithmetic, which the op computes as rounding: the
+    first query's dq (it attends to itself alone), or the scan's gate's first element (moving every decay alike
+    moves no output)."""
+    probe_legal(fam, case, dtype)
+    gs = random_gs(case)
+    right, got = ref_grads(case, gs), op_grads(case, gs)
+    if fam.cls == "k":
+        k, zero = 0, right[0].reshape(case.args[0].shape)[..., 0, :]
+    else:
+        k, zero = 3, right[3].reshape(case.args[3].shape)[..., 0]
+    assert zero.abs().max().item() <= 1e-12 * right[k].abs().max().item(), "the element is not 0 in exact arithmetic"
+    return f"right; input {k}'s exact zero computed as {got[k].reshape(case.args[k].shape).flatten()[0].item():.3g}"
+
+
+def probe_far_branch(fam, case, dtype):
+    """Below FAR_BRANCH the gradient is twice the right one (off by 100% of gradients of 2e-9 and less); elsewhere
+    right."""
+    x = case.args[0].double().reshape(-1).cpu()
+    far = x < fz.FAR_BRANCH
+    gs = random_gs(case)
+    got, right = op_grads(case, gs)[0], ref_grads(case, gs)[0]
+    assert far.any() and rel(got[~far], right[~far]) < LEGAL_RTOL[dtype], "wrong where it should be right"
+    # (where exp(x) is below the dtype's smallest normal number, the dtype says 0 or a few of its steps)
+    assert close_within(got[far], 2 * right[far], 1e-6 * right[far].abs() + torch.finfo(dtype).tiny), \
+        "not twice the right gradient below -20"
+    assert rel(got, right) < max(LEGAL_RTOL[dtype], 1e-8), "the whole gradient is visibly wrong, not only far below 0"
+    return f"{int(far.sum())} elements below -20 off by 100%, {rel(got, right):.2g} of the whole"
+
+
+def probe_returned_dtype(fam, case, dtype):
+    """backward returns a float16 gradient for a bfloat16 or float32 input: a dtype that cannot hold every value
+    of the input's (float16 stops at 65504; float32's steps are finer)."""
+    x = case.args[0].detach().requires_grad_(True)
+    y = case.op.apply(x)
+    returned = case.op.backward(y.grad_fn, torch.randn_like(y))
+    assert returned.dtype == torch.float16 != x.dtype
+    wide, narrow = torch.finfo(returned.dtype), torch.finfo(x.dtype)
+    assert wide.max < narrow.max or wide.eps > narrow.eps, "float16 holds every value of the input's dtype"
+    return f"{x.dtype} input, {returned.dtype} gradient"
+
+
+def every_other(t):
+    """t's values as autograd hands a 1-D grad_output after torch.stack(dim=-1): every other element, NaN between."""
+    wider = torch.full((*t.shape, 2), float("nan"), dtype=t.dtype, device=t.device)
+    wider[..., 0] = t
+    return wider[..., 0]
+
+
+def probe_laid_out_like_input(fam, case, dtype):
+    """Wrong with grad_output every other element (torch.stack's) and x contiguous; right with x laid out the
+    same way."""
+    gs = random_gs(case)
+    right = ref_grads(case, gs)[0]
+    assert rel(op_grads(case, gs)[0], right) < LEGAL_RTOL[dtype], "wrong for a contiguous grad_output"
+    laid = [every_other(g.to(case.args[0].dtype)) for g in gs]
+    wrong = op_grads(case, laid)[0]
+    assert not (wrong.isfinite().all() and rel(wrong, right) < 0.1), "right for a strided grad_output"
+    x = every_other(case.args[0])
+    assert rel(op_grads(case, laid, args=[x])[0], right) < LEGAL_RTOL[dtype], "wrong with x laid out alike"
+    return "wrong for every other element, right with x laid out alike"
+
+
 def probe_for(fam):
     if fam.cls == "h" and fam.legal:
         return probe_tf32
     if fam.legal:
         return {"c": probe_zero_gradient, "e": probe_masked, "g": probe_row_padded_legal,
-                "i": probe_topk}.get(fam.cls, probe_legal)
+                "i": probe_topk, "k": probe_exact_zero, "l": probe_exact_zero}.get(fam.cls, probe_legal)
     trap, = fam.traps
     if trap == fz.IGNORES:
         return probe_drops_output if fam.cls == "d" else probe_ignores
+    if fam.cls == "m" and trap == fz.WRONG_FORMULA:
+        return probe_far_branch
     return {fz.UNIFORM: probe_uniform, fz.WRONG_FORMULA: probe_wrong_formula, fz.COVERS_PART: probe_covers_part,
-            fz.CONTIGUOUS_INPUT: probe_contiguous_input}[trap]
+            fz.CONTIGUOUS_INPUT: probe_contiguous_input, fz.RETURNS_WRONG: probe_returned_dtype,
+            fz.LAID_OUT_LIKE_INPUT: probe_laid_out_like_input}[trap]
 
 
 def probe_shapes(fam):

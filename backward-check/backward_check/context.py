@@ -8,6 +8,7 @@ and which trap a raise there means (the runner turns it into a finding, or into 
 values were the checker's own idea, which an op may refuse loudly).
 """
 import functools
+import math
 
 import torch
 
@@ -229,8 +230,9 @@ class Context:
         answer for a laid out otherwise against the one for a. A measure more than NOISY of the gradient's size
         is no rounding (a backward that ignores grad_output is not linear in it, one that misreads a layout
         disagrees with itself), and is left out. settled: the elements whose noise is within SETTLED_ULPS ulps
-        (of the input's dtype) of the op's own gradient there, which is not 0 (an answer of exactly 0 every
-        time measures nothing). Empty where the op refuses these calls."""
+        (of the input's dtype) of the op's own gradient there, which is a normal number of that dtype (an
+        answer of exactly 0 every time measures nothing, and one of a few float16 steps of 6e-8, whose
+        rounding is a whole step, could agree with itself by chance). Empty where the op refuses these calls."""
         a, b, c = (self.randoms(name) for name in NOISE_STREAMS)
         calls = {"a": a, "b": b, "c": c, "a + b": summed(a, b), "b + c": summed(b, c)}
         try:
@@ -257,8 +259,9 @@ class Context:
             if not kept:
                 continue
             measured = torch.stack(kept).amax(dim=0)
-            eps = torch.finfo(self.values[i].dtype).eps
-            noise[i] = (measured, (value > 0) & (measured <= SETTLED_ULPS * eps * value))
+            info = torch.finfo(self.values[i].dtype)
+            # below the smallest normal number rounding is a whole step, not a share of the value
+            noise[i] = (measured, (value >= info.tiny) & (measured <= SETTLED_ULPS * info.eps * value))
         return noise
 
     def noisy(self, expected, inputs=None):
@@ -271,8 +274,11 @@ class Context:
         if self.truth.by_reference:
             return (f"the forward is {self.forward_error:.3g} (relative) off the reference{self.where()}, so its "
                     f"gradients are held only to {expected.tolerance[i]:.2g}, too loose to judge")
-        return (f"finite differences for {self.arg(i)} are too noisy to decide (tolerance "
-                f"{expected.tolerance[i]:.2g}, relative){self.where()}: pass a reference")
+        if math.isinf(expected.tolerance[i]):
+            return (f"finite differences for {self.arg(i)} have nothing to judge by: every element or direction they "
+                    f"stepped straddles a kink or moves no output{self.where()}: pass a reference")
+        return (f"finite differences for {self.arg(i)} disagree with themselves by {expected.tolerance[i]:.2g} "
+                f"(relative) between two steps, too noisy to decide{self.where()}: pass a reference")
 
     def errors(self, got, expected, inputs=None):
         """{input: error in tolerances} for the inputs whose gradient is wrong, less the noisy ones."""
@@ -322,10 +328,12 @@ class Context:
         own answers may have for nothing: ROUNDING_ULPS of the precision it computes in, times the largest
         gradient element under a random grad_output (the op's or the right one). A gradient that is zero in
         exact arithmetic (a bias before a batch norm) is rounding alone, and two sums of it in different
-        orders (atomic adds) differ by that much, however far apart relative to each other."""
+        orders (atomic adds) differ by that much, however far apart relative to each other. In a narrow dtype,
+        at most its tolerance of that largest element."""
         typical = [self.typical(i) for i in self.op.inputs]
         largest = max((t.abs().max().item() for t in typical if t is not None and t.numel()), default=0.0)
-        return ROUNDING_ULPS * torch.finfo(self.computed).eps * largest
+        # never more than the dtype's own tolerance of it: 4096 ulps of float16 are 4 times the largest element
+        return min(ROUNDING_ULPS * torch.finfo(self.computed).eps, TOLERANCE.get(self.computed, 1e-4)) * largest
 
     def noise(self, i):
         """How far the same call made twice lands from itself (relative): 0 for a deterministic op."""

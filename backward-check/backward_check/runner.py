@@ -74,8 +74,8 @@ CHECKS = (
           "in one graph each give what they give alone", sets=(GIVEN,), undecided_after=(SAME_CALL,)),
     Check("the layouts autograd hands on", strides.layouts, (CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT,
                                                              MUTATES_GRAD_OUTPUT),
-          "each grad_output layout autograd hands on (after a transpose, torch.cat, .sum(dim=0), .sum(dim=-1), .sum()) "
-          "against the same values made contiguous", undecided_after=(SAME_CALL,)),
+          "each grad_output layout autograd hands on (after a transpose, torch.cat, torch.stack of 1-D tensors, "
+          ".sum(dim=0), .sum(dim=-1), .sum()) against the same values made contiguous", undecided_after=(SAME_CALL,)),
     Check("inputs laid out otherwise", strides.other_input_layouts, (CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT),
           "each input laid out transposed, and as a padded view whose gaps hold NaN (`x[:, :d]`, `x[::2]`), with "
           "the same values: the same outputs and gradients", sets=(GIVEN,), undecided_after=(SAME_CALL,)),

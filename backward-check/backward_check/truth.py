@@ -677,8 +677,11 @@ class Truth:
         if self.by_reference:
             return "the reference, in float64" if self.source.dtype == torch.float64 else "the reference"
         if self.source.along_directions:
-            count = max(len(d.labels) for d in self.source.directions.values())
-            return f"finite differences along {count} random directions an input"
+            kept = sorted({len(d.labels) for d in self.source.directions.values()})
+            if kept == [0]:
+                return "finite differences along random directions, none of which a derivative could be read along"
+            count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
+            return f"finite differences along {count} random directions of each input (too many elements to step one by one)"
         return "finite differences"
 
     def forward_error(self, op_outputs):

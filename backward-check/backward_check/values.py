@@ -263,13 +263,19 @@ def near_miss(context, i, got, expected, g, off):
 
 
 def wrong_share(got, expected, i):
-    """', 3 of 2000 elements far off' where only a few are."""
+    """', 3 of 2000 elements far off' where only a few are (of the elements sampled, or of the random directions
+    along which the gradient is known)."""
     far = expected.far_off(got, i)
     if far is None:
         g, want = expected.sample(got, i), expected.grads[i]
         far = (g - want).abs() > torch.maximum(want.abs() / 2, expected.tolerance[i] * want.abs().max())
     count, total = int(far.sum()), far.numel()
-    return f"; {count} of {total} elements far off" if 0 < count < total else ""
+    if not 0 < count < total:
+        return ""
+    index = expected.indices[i]
+    if isinstance(index, RandomDirections):
+        return f"; off by half or more along {count} of the {total} random directions it was checked along"
+    return f"; {count} of {total} {'sampled ' if index is not None else ''}elements far off"
 
 
 # A grid or a mask that stops short leaves a gradient right on at least its first block: a prefix this long
