@@ -125,13 +125,15 @@ def allowed_error(fam, case, gs, right, k, dtype, in_dtype, typical):
     return allowed
 
 
-def probe_legal(fam, case, dtype):
-    """Right under a random grad_output and a uniform one, within what the dtype's arithmetic explains."""
+def probe_legal(fam, case, dtype, lay=None):
+    """Right under a random grad_output and a uniform one, within what the dtype's arithmetic explains. lay: the
+    op's grad_outputs laid out so (the same values), as autograd may hand them on."""
     reference = reference_of(case)
     # the size of the gradients under a random grad_output: a normaliser's are all 0 under a uniform one
     typical = max(r.abs().max().item() for r in ref_grads(case, random_gs(case, 1), reference))
     for what, gs in (("a random", random_gs(case)), ("a uniform", uniform_gs(case, 2.0))):
-        got, right = op_grads(case, gs), ref_grads(case, gs, reference)
+        laid = gs if lay is None else [lay(g.to(dtype)) for g in gs]
+        got, right = op_grads(case, laid), ref_grads(case, gs, reference)
         in_dtype = grads(reference, case, gs)
         for k, (a, b) in enumerate(zip(got, right)):
             allowed = allowed_error(fam, case, gs, b, k, dtype, in_dtype[k], typical)

@@ -39,6 +39,19 @@ def test_each_layout_is_the_one_autograd_hands_on(label, make_loss):
     assert not g.is_contiguous() and g.stride() == drawn.stride(), (g.stride(), drawn.stride())
 
 
+def test_a_one_dimensional_grad_output_after_torch_stack_is_every_other_element():
+    x = seeded_randn(7, seed=2).requires_grad_(True)
+    z = x * 1.0
+    seen = {}
+    z.register_hook(lambda g: seen.setdefault("g", g))
+    (torch.stack([z, torch.ones_like(z)], dim=-1) * torch.arange(14.0).reshape(7, 2).to(z.device)).sum().backward()
+    label = "after torch.stack(dim=-1) (every other element)"
+    drawn = strategies.LAYOUTS[label](torch.zeros(7, device=DEVICE), name="a layout")
+    assert seen["g"].stride() == drawn.stride() == (2,), (seen["g"].stride(), drawn.stride())
+    assert [lab for lab, _ in strategies.layouts_for(torch.zeros(7))] == [label, "after .sum() (all strides 0)"]
+    assert label not in [lab for lab, _ in strategies.layouts_for(torch.zeros(6, 8))]
+
+
 def slots(*names_and_values):
     return [Slot(i, name, value) for i, (name, value) in enumerate(names_and_values)]
 
