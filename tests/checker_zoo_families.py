@@ -882,10 +882,20 @@ class SquareGradientInFloat16(torch.autograd.Function):
         return (2 * x * g).to(torch.float16)
 
 
+def read_at_strides(t, strides):
+    """What a GPU kernel reads at t's address with other strides: t's memory, and past its end whatever memory
+    holds there (NaN here), never an error."""
+    n = t.numel()
+    rest = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    memory = torch.cat([t.as_strided((rest,), (1,), t.storage_offset()),
+                        torch.full((max(strides) * n,), float("nan"), dtype=t.dtype, device=t.device)])
+    return memory.as_strided(t.shape, strides, 0)
+
+
 class SquareReadsGradOutputLikeInput(torch.autograd.Function):
     """BUG: a 1-D kernel that reads grad_output at x's strides (one element offset for both), right whenever
     grad_output is laid out like x: after torch.stack(dim=-1) grad_output is every other element, after .sum()
-    a single one."""
+    a single one; for x given as x[::2], a contiguous grad_output is read at every other element."""
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -894,7 +904,13 @@ class SquareReadsGradOutputLikeInput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, = ctx.saved_tensors
-        return 2 * x * torch.as_strided(g, x.shape, x.stride(), g.storage_offset())
+        return 2 * x * read_at_strides(g, x.stride())
+
+
+def every_other_element(shape, dtype, seed, scale):
+    """x given as x[::2] of a buffer twice its length."""
+    wide = draw((2 * shape[0],), dtype, seed, scale)
+    return Case(SquareReadsGradOutputLikeInput, (wide[::2],), {}, square, {})
 
 
 FAR_BRANCH = -20.0
@@ -1064,6 +1080,9 @@ FAMILY_LIST += [
            one_tensor(SquareReadsGradOutputLikeInput, square),
            "a 1-D kernel that reads grad_output at x's strides: wrong for torch.stack's every other element, and "
            "for x laid out x[::2]"),
+    family("square_reads_grad_output_like_input_given_strided", "m", {LAID_OUT_LIKE_INPUT}, (F64, F32), (1,),
+           every_other_element, "the same kernel, x given as x[::2]: wrong for the contiguous grad_output a test "
+           "hands it, right for one laid out like x"),
     family("softplus_2exp_below_-20", "m", {WRONG_FORMULA}, (F64, F32), ALL_RANKS, far_and_near,
            "2 exp(x) for x < -20, where softplus' is exp(x) to 2e-9: the test's values reach it (a quarter in "
            "[-40, -20)); not bfloat16, whose exponent step at 20 moves exp(x) by 6%"),

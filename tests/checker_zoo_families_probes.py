@@ -315,17 +315,20 @@ def every_other(t):
 
 
 def probe_laid_out_like_input(fam, case, dtype):
-    """Wrong with grad_output every other element (torch.stack's) and x contiguous; right with x laid out the
-    same way."""
+    """Right exactly when grad_output is laid out like x: with x contiguous, right for a contiguous grad_output
+    and wrong for every other element (torch.stack's); with x as x[::2], the other way round."""
     gs = random_gs(case)
     right = ref_grads(case, gs)[0]
-    assert rel(op_grads(case, gs)[0], right) < LEGAL_RTOL[dtype], "wrong for a contiguous grad_output"
-    laid = [every_other(g.to(case.args[0].dtype)) for g in gs]
-    wrong = op_grads(case, laid)[0]
-    assert not (wrong.isfinite().all() and rel(wrong, right) < 0.1), "right for a strided grad_output"
-    x = every_other(case.args[0])
-    assert rel(op_grads(case, laid, args=[x])[0], right) < LEGAL_RTOL[dtype], "wrong with x laid out alike"
-    return "wrong for every other element, right with x laid out alike"
+    x = case.args[0]
+    contiguous, strided = (x, every_other(x.contiguous())) if x.is_contiguous() else (x.contiguous(), x)
+    laid = [every_other(g.to(x.dtype)) for g in gs]
+    for args, g_as, should in (([contiguous], gs, True), ([contiguous], laid, False), ([strided], laid, True),
+                               ([strided], gs, False)):
+        got = op_grads(case, g_as, args=args)[0]
+        assert (got.isfinite().all() and rel(got, right) < LEGAL_RTOL[dtype]) == should, \
+            f"x {'contiguous' if args[0].is_contiguous() else 'x[::2]'}, grad_output " \
+            f"{'contiguous' if g_as is gs else 'every other element'}: {'wrong' if should else 'right'}"
+    return "right exactly when grad_output is laid out like x"
 
 
 def probe_for(fam):

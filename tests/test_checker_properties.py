@@ -115,6 +115,9 @@ JUDGED_BY_ITS_OWN_NOISE = [
     # "assumes a contiguous grad_output" and "assumes a contiguous input": no 1-D layout but .sum()'s stride 0, and a
     # backward that raised on x[::2] was not tried with grad_output laid out alike
     ("square_reads_grad_output_like_input", (15,), torch.float32, 0, 1.0),
+    # "a wrong formula" and "assumes a contiguous grad_output": x given as x[::2], a contiguous grad_output is the one
+    # it gets wrong, and no check tried grad_output laid out like x
+    ("square_reads_grad_output_like_input_given_strided", (15,), torch.float32, 0, 1.0),
     # clean: the elements below -20 were judged by their neighbours' rounding, 1e-8, beside errors of 1e-9
     ("softplus_2exp_below_-20", (300,), torch.float32, 0, 1.0),
 ]

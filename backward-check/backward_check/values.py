@@ -4,11 +4,13 @@ import torch
 
 from .calling import is_function
 from .context import OpFaulted, OpRaised
-from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
-                     UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
+from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
+                     LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note,
+                     Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
 from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
+from .strides import laid_out_as
 from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 
 
@@ -146,7 +148,8 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     """Which trap explains input i's wrong gradient under grad_output g: None where a gradient is needed;
     right on the first elements and wrong from some element on, here or on the inputs grown (a grid or
     a mask that stops short); a gradient narrower than its input, or one tensor handed back for two
-    inputs; then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
+    inputs; right with grad_output laid out like an input given laid out otherwise (it reads grad_output at
+    that input's strides); then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
     (everywhere, or for one output); one output's part missing; right for every uniform grad_output
     (which element it used); else a wrong formula."""
     who, where, shape = context.name(i), context.where(), context.values[i].shape
@@ -178,6 +181,11 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return finding(RETURNS_WRONG, f"its gradient and {context.arg(j)}'s are one tensor, holding {context.arg(j)}'s "
                                       f"right gradient: the backward returns one workspace for both, and the "
                                       f"second gradient overwrote the first ({off:.3g} off, relative)")
+    laid_out = right_with_grad_output_laid_out_like(context, i, g, expected)
+    if laid_out:
+        return finding(LAID_OUT_LIKE_INPUT, f"wrong with a contiguous grad_output ({off:.3g} off, relative), right with "
+                                            f"grad_output laid out like {laid_out}, as given: the backward reads "
+                                            f"grad_output with {laid_out}'s strides")
     near = near_miss(context, i, got, expected, g, off)
     if near:
         return Undecided(check, f"{who}the gradient is {off:.3g} (relative) off under a random grad_output, just past "
@@ -216,6 +224,26 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                     f"left behind")
     return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
                                   f"random one{wrong_share(got[i], expected, i)})")
+
+
+def right_with_grad_output_laid_out_like(context, i, g, expected):
+    """The input given laid out otherwise than contiguous (`x`), of its output's shape, with which laying out a
+    grad_output the backward gets wrong makes input i's gradient right; else ''. A kernel that reads grad_output
+    at x's strides is right only when the two agree (the checker's own laid-out inputs find it where x is given
+    contiguous)."""
+    for j in context.op.inputs:
+        x = context.values[j]
+        shapes = [k for k, o in enumerate(context.outputs) if o.shape == x.shape]
+        if x.is_contiguous() or not shapes:
+            continue
+        laid = [laid_out_as(t, x) if k == shapes[0] else t for k, t in enumerate(g)]
+        try:
+            got = context.vjp(laid, f"with grad_output laid out like {context.arg(j)}", fresh=False)
+        except OpRaised:
+            continue
+        if expected.error(got[i], i, context.values[i].shape) <= 1.0:
+            return context.arg(j)
+    return ""
 
 
 def gives_its_answer_for_ones(context, i, got, ones):
