@@ -868,18 +868,9 @@ def layer_norm_reference_like_x(x, weight, bias):
     return layer_norm_reference(x, weight.to(x.dtype), bias.to(x.dtype))
 
 
-class SquareGradientInFloat16(torch.autograd.Function):
-    """BUG: returns x's gradient as float16, whatever x's dtype: for a bfloat16 x, a dtype that cannot hold its
-    range (float16 stops at 65504); for a float32 x, its precision."""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        x, = ctx.saved_tensors
-        return (2 * x * g).to(torch.float16)
+# BUG: x's gradient returned as float16, whatever x's dtype: for a bfloat16 x, a dtype that cannot hold its range
+# (float16 stops at 65504); for a float32 x, its precision.
+SquareGradientInFloat16 = one_input(square, lambda x, g: (2 * x * g).to(torch.float16), "SquareGradientInFloat16")
 
 
 def read_at_strides(t, strides):
@@ -892,19 +883,11 @@ def read_at_strides(t, strides):
     return memory.as_strided(t.shape, strides, 0)
 
 
-class SquareReadsGradOutputLikeInput(torch.autograd.Function):
-    """BUG: a 1-D kernel that reads grad_output at x's strides (one element offset for both), right whenever
-    grad_output is laid out like x: after torch.stack(dim=-1) grad_output is every other element, after .sum()
-    a single one; for x given as x[::2], a contiguous grad_output is read at every other element."""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        x, = ctx.saved_tensors
-        return 2 * x * read_at_strides(g, x.stride())
+# BUG: a 1-D kernel that reads grad_output at x's strides (one element offset for both), right whenever grad_output
+# is laid out like x: after torch.stack(dim=-1) grad_output is every other element, after .sum() a single one; for x
+# given as x[::2], a contiguous grad_output is read at every other element.
+SquareReadsGradOutputLikeInput = one_input(square, lambda x, g: 2 * x * read_at_strides(g, x.stride()),
+                                           "SquareReadsGradOutputLikeInput")
 
 
 def every_other_element(shape, dtype, seed, scale):
