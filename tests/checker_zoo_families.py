@@ -11,7 +11,10 @@ by tests/checker_zoo_families_probes.py.
 
 The letters (a) to (j) are the classes of the brief that asked for them: elementwise block kernels,
 normalisers, exactly-zero true gradients, outputs of very different scales, -inf masks, saturating functions,
-row-padded views, TF32, selection, value range.
+row-padded views, TF32, selection, value range; (k) and (l) judge low precision by the op's own noise (float16
+and bfloat16 attention, chunked float32 scans), and (m) holds the names a hidden probe found wrong: a
+normaliser that ignores grad_output, a gradient of the wrong dtype, a 1-D kernel that reads grad_output with
+its input's strides, a branch wrong only far below 0.
 """
 import dataclasses
 import math
@@ -31,6 +34,8 @@ UNIFORM = "assumes a uniform grad_output"
 WRONG_FORMULA = "a wrong formula"
 COVERS_PART = "covers only part of a large input"
 CONTIGUOUS_INPUT = "assumes a contiguous input"
+LAID_OUT_LIKE_INPUT = "assumes grad_output is laid out like its input"
+RETURNS_WRONG = "returns the wrong gradients"
 
 F64, F32, BF16, F16 = torch.float64, torch.float32, torch.bfloat16, torch.float16
 SCALES = (1e-3, 1.0, 1e3)
@@ -636,6 +641,285 @@ def softplus_inputs(op):
 
 
 # ---------------------------------------------------------------------------------------------
+# (k) Attention in float16 and bfloat16: softmax(q k^T / sqrt(d) + mask) v, as fused kernels compute it
+# ---------------------------------------------------------------------------------------------
+
+KEY_BLOCK = 16  # the blocked pattern's block of queries and keys
+
+
+def attention_mask(length, blocked, device):
+    """Which keys each query attends to: causal (j <= i); blocked, of that, the keys in the query's own block,
+    in the first block, and in every third block before it (a block-sparse pattern)."""
+    i = torch.arange(length, device=device)
+    keep = i[None, :] <= i[:, None]
+    if blocked:
+        bi, bj = i[:, None] // KEY_BLOCK, i[None, :] // KEY_BLOCK
+        keep &= (bj == bi) | (bj == 0) | ((bi - bj) % 3 == 0)
+    return keep
+
+
+class CausalAttention(torch.autograd.Function):
+    """Legal: attention over (..., T, d) in the inputs' dtype as a fused kernel computes it: products of the
+    dtype's numbers summed in float32, the softmax in float32 (its log-sum-exp kept for the backward), the
+    probabilities rounded to the dtype before P V, the output rounded; the backward recomputes P from the
+    log-sum-exp and takes D = rowsum(dO * O) (flash-attention's), rounding dS to the dtype before its products.
+    The first query attends to itself alone, so its gradient is 0 in exact arithmetic, and float32 rounding
+    in the op."""
+    blocked = False
+    factor = 1.0  # on dq
+
+    @staticmethod
+    def scores(q, k, blocked):
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return s.masked_fill(~attention_mask(q.shape[-2], blocked, q.device), float("-inf"))
+
+    @classmethod
+    def forward(cls, ctx, q, k, v):
+        s = cls.scores(q, k, cls.blocked)
+        lse = torch.logsumexp(s, -1, keepdim=True)
+        o = (torch.exp(s - lse).to(q.dtype).float() @ v.float()).to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, lse)
+        return o
+
+    @classmethod
+    def backward(cls, ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        p = torch.exp(cls.scores(q, k, cls.blocked) - lse)
+        do = do.float()
+        dv = p.to(q.dtype).float().transpose(-1, -2) @ do
+        ds = (p * (do @ v.float().transpose(-1, -2) - (do * o.float()).sum(-1, keepdim=True))).to(q.dtype).float()
+        scale = q.shape[-1] ** -0.5
+        dq, dk = cls.factor * (ds @ k.float()) * scale, (ds.transpose(-1, -2) @ q.float()) * scale
+        needs = ctx.needs_input_grad
+        return tuple(grad.to(q.dtype) if need else None for grad, need in zip((dq, dk, dv), needs))
+
+
+class BlockedAttention(CausalAttention):
+    """Legal: the same kernel over the block-sparse pattern (its own block, the first, every third before)."""
+    blocked = True
+
+
+class CausalAttentionDqTimes102(CausalAttention):
+    """BUG: dq times 1.02 (a 2% error)."""
+    factor = 1.02
+
+
+class BlockedAttentionDqTimes102(BlockedAttention):
+    """BUG: dq times 1.02 (a 2% error)."""
+    factor = 1.02
+
+
+class BlockedAttentionDvForOnes(BlockedAttention):
+    """BUG: dv is P^T 1, the gradient for grad_output = 1: it ignores grad_output."""
+    @classmethod
+    def backward(cls, ctx, do):
+        dq, dk, _ = BlockedAttention.backward.__func__(cls, ctx, do)
+        q, _, _, _, lse = ctx.saved_tensors
+        p = torch.exp(cls.scores(q, ctx.saved_tensors[1], cls.blocked) - lse)
+        return dq, dk, (p.to(q.dtype).float().transpose(-1, -2) @ torch.ones_like(do).float()).to(q.dtype)
+
+
+def attention_reference(blocked):
+    def reference(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        s = s.masked_fill(~attention_mask(q.shape[-2], blocked, q.device), float("-inf"))
+        return torch.softmax(s, -1) @ v
+    return reference
+
+
+def attention_inputs(op):
+    def make(shape, dtype, seed, scale):  # scale is the scores' temperature: q and k scaled by sqrt(scale)
+        q, k = (draw(shape, dtype, seed, scale ** 0.5, salt=s) for s in (10, 11))
+        return Case(op, (q, k, draw(shape, dtype, seed, 1.0, salt=12)), {}, attention_reference(op.blocked), {})
+    return make
+
+
+ATTENTION_SCALES = (0.25, 1.0, 2.0)  # at 4, dS rounded to bfloat16 before its products leaves dq 30% off, past PyTorch's
+BF16_TWO_PERCENT = ("a 2% error in bfloat16 is within what rounding a shared value does (a row's log-sum-exp "
+                    "rounded to bfloat16 scales its whole gradient by up to 1.6%): undecidable, so bfloat16 plants "
+                    "a bug of another kind")
+
+
+# ---------------------------------------------------------------------------------------------
+# (l) Chunked float32 scans: gated linear attention, its matrix products on TF32 operands
+# ---------------------------------------------------------------------------------------------
+
+SCAN_CHUNK = 16
+
+
+class TF32Product(torch.autograd.Function):
+    """a @ b on TF32 operands, its backward's two products too (Triton's default for a float32 tl.dot)."""
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return tf32(a) @ tf32(b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return tf32(g) @ tf32(b).transpose(-1, -2), tf32(a).transpose(-1, -2) @ tf32(g)
+
+
+def chunked_scan(q, k, v, g):
+    """o_t = sum over s <= t of exp(G_t - G_s) (q_t . k_s) v_s, G = cumsum(g), in chunks of SCAN_CHUNK: within
+    a chunk as a masked product, across chunks through a running state S (..., d, d), every product on TF32
+    operands."""
+    state = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    out = []
+    for start in range(0, q.shape[-2], SCAN_CHUNK):
+        qc, kc, vc = (t[..., start:start + SCAN_CHUNK, :] for t in (q, k, v))
+        decay = g[..., start:start + SCAN_CHUNK].cumsum(-1)
+        n = qc.shape[-2]
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        within = torch.exp(decay[..., :, None] - decay[..., None, :]).masked_fill(~causal, 0.0)
+        scores = TF32Product.apply(qc, kc.transpose(-1, -2)) * within
+        out.append(TF32Product.apply(scores, vc) + TF32Product.apply(qc * torch.exp(decay)[..., None], state))
+        carried = kc * torch.exp(decay[..., -1:] - decay)[..., None]
+        state = state * torch.exp(decay[..., -1])[..., None, None] + TF32Product.apply(carried.transpose(-1, -2), vc)
+    return torch.cat(out, -2)
+
+
+class ChunkedScan(torch.autograd.Function):
+    """Legal: gated linear attention in float32 chunks, on TF32 operands; the gate's gradient as fused kernels
+    take it, the reverse cumulative sum of q . dq - k . dk: its first element is 0 in exact arithmetic (moving
+    every G alike moves no output), and the sum of terms that cancel in the op."""
+    factor = 1.0  # on dv
+
+    @staticmethod
+    def forward(ctx, q, k, v, g):
+        ctx.save_for_backward(q, k, v, g)
+        return chunked_scan(q, k, v, g)
+
+    @classmethod
+    def backward(cls, ctx, do):
+        q, k, v, g = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            dq, dk, dv = torch.autograd.grad(chunked_scan(*leaves, g), leaves, do)
+        dg = (q * dq - k * dk).sum(-1).flip(-1).cumsum(-1).flip(-1)
+        return dq, dk, cls.factor * dv, dg
+
+
+class ChunkedScanDvTimes102(ChunkedScan):
+    """BUG: dv times 1.02 (a 2% error)."""
+    factor = 1.02
+
+
+def chunked_scan_reference(q, k, v, g):
+    decay = g.cumsum(-1)
+    length = q.shape[-2]
+    causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    within = torch.exp(decay[..., :, None] - decay[..., None, :]).masked_fill(~causal, 0.0)
+    return ((q @ k.transpose(-1, -2)) * within) @ v
+
+
+def scan_inputs(op):
+    def make(shape, dtype, seed, scale):
+        q, k, v = (draw(shape, dtype, seed, scale, salt=s) for s in (20, 21, 22))
+        g = -F.softplus(draw(shape[:-1], F64, seed, 1.0, salt=23).cpu()) * 0.5
+        return Case(op, (q, k, v, g.to(dtype).to(DEVICE)), {}, chunked_scan_reference, {})
+    return make
+
+
+# ---------------------------------------------------------------------------------------------
+# (m) The names a hidden probe found wrong
+# ---------------------------------------------------------------------------------------------
+
+class LayerNormFormula(torch.autograd.Function):
+    """Legal: layer norm with its backward written out, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))."""
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        mean = x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + LN_EPS)
+        xhat = (x - mean) * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        return xhat * weight + bias
+
+    @classmethod
+    def backward(cls, ctx, g):
+        xhat, rstd, weight = ctx.saved_tensors
+        g = cls.grad_output(g)
+        gw = g * weight
+        dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
+        rows = tuple(range(g.dim() - 1))
+        return dx, (g * xhat).sum(rows), g.sum(rows)
+
+    @staticmethod
+    def grad_output(g):
+        return g
+
+
+class LayerNormFormulaForOnes(LayerNormFormula):
+    """BUG: the backward takes grad_output as ones; with the weight all ones (nn.LayerNorm's start) and only x
+    wanting a gradient, that is x's gradient for grad_output = 1, which is 0 but for rounding."""
+    @staticmethod
+    def grad_output(g):
+        return torch.ones_like(g)
+
+
+def layer_norm_x_only(op):
+    def make(shape, dtype, seed, scale):
+        case = layer_norm_inputs(op)(shape, dtype, seed, scale)
+        return dataclasses.replace(case, reference=layer_norm_reference_like_x, options={"no_grad": ("weight", "bias")})
+    return make
+
+
+def layer_norm_reference_like_x(x, weight, bias):
+    return layer_norm_reference(x, weight.to(x.dtype), bias.to(x.dtype))
+
+
+# BUG: x's gradient returned as float16, whatever x's dtype: for a bfloat16 x, a dtype that cannot hold its range
+# (float16 stops at 65504); for a float32 x, its precision.
+SquareGradientInFloat16 = one_input(square, lambda x, g: (2 * x * g).to(torch.float16), "SquareGradientInFloat16")
+
+
+def read_at_strides(t, strides):
+    """What a GPU kernel reads at t's address with other strides: t's memory, and past its end whatever memory
+    holds there (NaN here), never an error."""
+    n = t.numel()
+    rest = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    memory = torch.cat([t.as_strided((rest,), (1,), t.storage_offset()),
+                        torch.full((max(strides) * n,), float("nan"), dtype=t.dtype, device=t.device)])
+    return memory.as_strided(t.shape, strides, 0)
+
+
+# BUG: a 1-D kernel that reads grad_output at x's strides (one element offset for both), right whenever grad_output
+# is laid out like x: after torch.stack(dim=-1) grad_output is every other element, after .sum() a single one; for x
+# given as x[::2], a contiguous grad_output is read at every other element.
+SquareReadsGradOutputLikeInput = one_input(square, lambda x, g: 2 * x * read_at_strides(g, x.stride()),
+                                           "SquareReadsGradOutputLikeInput")
+
+
+def every_other_element(shape, dtype, seed, scale):
+    """x given as x[::2] of a buffer twice its length."""
+    wide = draw((2 * shape[0],), dtype, seed, scale)
+    return Case(SquareReadsGradOutputLikeInput, (wide[::2],), {}, square, {})
+
+
+FAR_BRANCH = -20.0
+
+
+class SoftplusFarBelow(Softplus):
+    """BUG: below -20 the backward takes softplus'(x) as 2 exp(x) (it is exp(x) there, to 2e-9): wrong by 100%
+    on gradients of 1e-9 and less, beside gradients of 0.5."""
+    @staticmethod
+    def derivative(x):
+        return torch.where(x < FAR_BRANCH, 2 * torch.exp(x), torch.sigmoid(x))
+
+
+def far_and_near(shape, dtype, seed, scale):
+    """A quarter of the elements in [-40, -20) (whatever the scale), the rest scale * N(0, 1), in a seeded order:
+    the test's own values reach the branch."""
+    n = numel(shape)
+    g = generator(seed, 6)
+    far = n // 4 + 1
+    values = torch.cat([-40.0 + 20.0 * torch.rand(far, generator=g, dtype=F64),
+                        torch.randn(n - far, generator=g, dtype=F64) * scale])
+    x = values[torch.randperm(n, generator=g)]
+    return Case(SoftplusFarBelow, (x.reshape(shape).to(dtype).to(DEVICE),), {}, F.softplus, {})
+
+
+# ---------------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------------
 
@@ -741,6 +1025,50 @@ FAMILY_LIST = [
            "that is within its tolerance)"),
     family("softplus_flipped_below_-4", "j", {WRONG_FORMULA}, ALL_DTYPES, ALL_RANKS,
            softplus_inputs(SoftplusFlippedBelow), "a branch that returns sigmoid(-x) for x < -4 (~1 for ~0.01)"),
+]
+
+FAMILY_LIST += [
+    # (k) attention in float16 and bfloat16
+    family("attention_causal", "k", (), (F16, BF16), (2, 3), attention_inputs(CausalAttention),
+           "legal: float32 sums of the dtype's products, P and dS rounded to the dtype, the output rounded; the first "
+           "query's gradient 0 in exact arithmetic", scales=ATTENTION_SCALES),
+    family("attention_blocked", "k", (), (F16, BF16), (2, 3), attention_inputs(BlockedAttention),
+           "legal: the same kernel over a block-sparse pattern", scales=ATTENTION_SCALES),
+    family("attention_causal_dq_times_1_02", "k", {WRONG_FORMULA}, (F16,), (2, 3),
+           attention_inputs(CausalAttentionDqTimes102), f"dq times 1.02 (not bfloat16: {BF16_TWO_PERCENT})",
+           scales=ATTENTION_SCALES),
+    family("attention_blocked_dq_times_1_02", "k", {WRONG_FORMULA}, (F16,), (2, 3),
+           attention_inputs(BlockedAttentionDqTimes102), f"dq times 1.02 (not bfloat16: {BF16_TWO_PERCENT})",
+           scales=ATTENTION_SCALES),
+    family("attention_blocked_dv_for_ones", "k", {IGNORES}, (F16, BF16), (2, 3),
+           attention_inputs(BlockedAttentionDvForOnes), "dv is P^T 1, the gradient for grad_output = 1",
+           scales=ATTENTION_SCALES),
+    # (l) chunked float32 scans
+    family("chunked_scan_tf32", "l", (), (F32,), (2, 3), scan_inputs(ChunkedScan),
+           "legal: gated linear attention in chunks of 16 on TF32 operands; the gate's gradient a reverse cumulative "
+           "sum whose first element is 0 in exact arithmetic", scales=(0.5, 1.0, 2.0), probe_rtol={F32: 4e-3}),
+    family("chunked_scan_dv_times_1_02", "l", {WRONG_FORMULA}, (F32,), (2, 3), scan_inputs(ChunkedScanDvTimes102),
+           "dv times 1.02 (a 2% error)", scales=(0.5, 1.0, 2.0)),
+    # (m) the names a hidden probe found wrong
+    family("layer_norm_weight_ones_for_ones", "m", {IGNORES}, (F64, F32, BF16, F16), (2, 3),
+           layer_norm_x_only(LayerNormFormulaForOnes),
+           "only x wants a gradient, the weight all ones: x's gradient for grad_output = 1 is 0 but for rounding, "
+           "and the op's rounding is not the reference's (not at 1e3, whose squares float16 cannot hold)",
+           scales=(1e-3, 1.0, 10.0)),
+    family("layer_norm_formula", "m", (), (F64, F32, BF16, F16), (2, 3), layer_norm_x_only(LayerNormFormula),
+           "legal: the same backward, grad_output used", scales=(1e-3, 1.0, 10.0)),
+    family("square_gradient_in_float16", "m", {RETURNS_WRONG}, (F32, BF16), ALL_RANKS,
+           one_tensor(SquareGradientInFloat16, square), "x's gradient returned as float16"),
+    family("square_reads_grad_output_like_input", "m", {LAID_OUT_LIKE_INPUT}, (F64, F32), (1,),
+           one_tensor(SquareReadsGradOutputLikeInput, square),
+           "a 1-D kernel that reads grad_output at x's strides: wrong for torch.stack's every other element, and "
+           "for x laid out x[::2]"),
+    family("square_reads_grad_output_like_input_given_strided", "m", {LAID_OUT_LIKE_INPUT}, (F64, F32), (1,),
+           every_other_element, "the same kernel, x given as x[::2]: wrong for the contiguous grad_output a test "
+           "hands it, right for one laid out like x"),
+    family("softplus_2exp_below_-20", "m", {WRONG_FORMULA}, (F64, F32), ALL_RANKS, far_and_near,
+           "2 exp(x) for x < -20, where softplus' is exp(x) to 2e-9: the test's values reach it (a quarter in "
+           "[-40, -20)); not bfloat16, whose exponent step at 20 moves exp(x) by 6%"),
 ]
 
 FAMILIES = {f.name: f for f in FAMILY_LIST}

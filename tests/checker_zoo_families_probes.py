@@ -125,13 +125,15 @@ def allowed_error(fam, case, gs, right, k, dtype, in_dtype, typical):
     return allowed
 
 
-def probe_legal(fam, case, dtype):
-    """Right under a random grad_output and a uniform one, within what the dtype's arithmetic explains."""
+def probe_legal(fam, case, dtype, lay=None):
+    """Right under a random grad_output and a uniform one, within what the dtype's arithmetic explains. lay: the
+    op's grad_outputs laid out so (the same values), as autograd may hand them on."""
     reference = reference_of(case)
     # the size of the gradients under a random grad_output: a normaliser's are all 0 under a uniform one
     typical = max(r.abs().max().item() for r in ref_grads(case, random_gs(case, 1), reference))
     for what, gs in (("a random", random_gs(case)), ("a uniform", uniform_gs(case, 2.0))):
-        got, right = op_grads(case, gs), ref_grads(case, gs, reference)
+        laid = gs if lay is None else [lay(g.to(dtype)) for g in gs]
+        got, right = op_grads(case, laid), ref_grads(case, gs, reference)
         in_dtype = grads(reference, case, gs)
         for k, (a, b) in enumerate(zip(got, right)):
             allowed = allowed_error(fam, case, gs, b, k, dtype, in_dtype[k], typical)
@@ -263,17 +265,86 @@ def probe_tf32(fam, case, dtype):
     return f"{worst:.3g} off (TF32's rounding)"
 
 
+def probe_exact_zero(fam, case, dtype):
+    """Right, and with a gradient element that is 0 in exact arithmetic, which the op computes as rounding: the
+    first query's dq (it attends to itself alone), or the scan's gate's first element (moving every decay alike
+    moves no output)."""
+    probe_legal(fam, case, dtype)
+    gs = random_gs(case)
+    right, got = ref_grads(case, gs), op_grads(case, gs)
+    if fam.cls == "k":
+        k, zero = 0, right[0].reshape(case.args[0].shape)[..., 0, :]
+    else:
+        k, zero = 3, right[3].reshape(case.args[3].shape)[..., 0]
+    assert zero.abs().max().item() <= 1e-12 * right[k].abs().max().item(), "the element is not 0 in exact arithmetic"
+    return f"right; input {k}'s exact zero computed as {got[k].reshape(case.args[k].shape).flatten()[0].item():.3g}"
+
+
+def probe_far_branch(fam, case, dtype):
+    """Below FAR_BRANCH the gradient is twice the right one (off by 100% of gradients of 2e-9 and less); elsewhere
+    right."""
+    x = case.args[0].double().reshape(-1).cpu()
+    far = x < fz.FAR_BRANCH
+    gs = random_gs(case)
+    got, right = op_grads(case, gs)[0], ref_grads(case, gs)[0]
+    assert far.any() and rel(got[~far], right[~far]) < LEGAL_RTOL[dtype], "wrong where it should be right"
+    # (where exp(x) is below the dtype's smallest normal number, the dtype says 0 or a few of its steps)
+    assert close_within(got[far], 2 * right[far], 1e-6 * right[far].abs() + torch.finfo(dtype).tiny), \
+        "not twice the right gradient below -20"
+    assert rel(got, right) < max(LEGAL_RTOL[dtype], 1e-8), "the whole gradient is visibly wrong, not only far below 0"
+    return f"{int(far.sum())} elements below -20 off by 100%, {rel(got, right):.2g} of the whole"
+
+
+def probe_returned_dtype(fam, case, dtype):
+    """backward returns a float16 gradient for a bfloat16 or float32 input: a dtype that cannot hold every value
+    of the input's (float16 stops at 65504; float32's steps are finer)."""
+    x = case.args[0].detach().requires_grad_(True)
+    y = case.op.apply(x)
+    returned = case.op.backward(y.grad_fn, torch.randn_like(y))
+    assert returned.dtype == torch.float16 != x.dtype
+    wide, narrow = torch.finfo(returned.dtype), torch.finfo(x.dtype)
+    assert wide.max < narrow.max or wide.eps > narrow.eps, "float16 holds every value of the input's dtype"
+    return f"{x.dtype} input, {returned.dtype} gradient"
+
+
+def every_other(t):
+    """t's values as autograd hands a 1-D grad_output after torch.stack(dim=-1): every other element, NaN between."""
+    wider = torch.full((*t.shape, 2), float("nan"), dtype=t.dtype, device=t.device)
+    wider[..., 0] = t
+    return wider[..., 0]
+
+
+def probe_laid_out_like_input(fam, case, dtype):
+    """Right exactly when grad_output is laid out like x: with x contiguous, right for a contiguous grad_output
+    and wrong for every other element (torch.stack's); with x as x[::2], the other way round."""
+    gs = random_gs(case)
+    right = ref_grads(case, gs)[0]
+    x = case.args[0]
+    contiguous, strided = (x, every_other(x.contiguous())) if x.is_contiguous() else (x.contiguous(), x)
+    laid = [every_other(g.to(x.dtype)) for g in gs]
+    for args, g_as, should in (([contiguous], gs, True), ([contiguous], laid, False), ([strided], laid, True),
+                               ([strided], gs, False)):
+        got = op_grads(case, g_as, args=args)[0]
+        assert (got.isfinite().all() and rel(got, right) < LEGAL_RTOL[dtype]) == should, \
+            f"x {'contiguous' if args[0].is_contiguous() else 'x[::2]'}, grad_output " \
+            f"{'contiguous' if g_as is gs else 'every other element'}: {'wrong' if should else 'right'}"
+    return "right exactly when grad_output is laid out like x"
+
+
 def probe_for(fam):
     if fam.cls == "h" and fam.legal:
         return probe_tf32
     if fam.legal:
         return {"c": probe_zero_gradient, "e": probe_masked, "g": probe_row_padded_legal,
-                "i": probe_topk}.get(fam.cls, probe_legal)
+                "i": probe_topk, "k": probe_exact_zero, "l": probe_exact_zero}.get(fam.cls, probe_legal)
     trap, = fam.traps
     if trap == fz.IGNORES:
         return probe_drops_output if fam.cls == "d" else probe_ignores
+    if fam.cls == "m" and trap == fz.WRONG_FORMULA:
+        return probe_far_branch
     return {fz.UNIFORM: probe_uniform, fz.WRONG_FORMULA: probe_wrong_formula, fz.COVERS_PART: probe_covers_part,
-            fz.CONTIGUOUS_INPUT: probe_contiguous_input}[trap]
+            fz.CONTIGUOUS_INPUT: probe_contiguous_input, fz.RETURNS_WRONG: probe_returned_dtype,
+            fz.LAID_OUT_LIKE_INPUT: probe_laid_out_like_input}[trap]
 
 
 def probe_shapes(fam):

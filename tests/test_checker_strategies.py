@@ -39,6 +39,19 @@ def test_each_layout_is_the_one_autograd_hands_on(label, make_loss):
     assert not g.is_contiguous() and g.stride() == drawn.stride(), (g.stride(), drawn.stride())
 
 
+def test_a_one_dimensional_grad_output_after_torch_stack_is_every_other_element():
+    x = seeded_randn(7, seed=2).requires_grad_(True)
+    z = x * 1.0
+    seen = {}
+    z.register_hook(lambda g: seen.setdefault("g", g))
+    (torch.stack([z, torch.ones_like(z)], dim=-1) * torch.arange(14.0).reshape(7, 2).to(z.device)).sum().backward()
+    label = "after torch.stack(dim=-1) (every other element)"
+    drawn = strategies.LAYOUTS[label](torch.zeros(7, device=DEVICE), name="a layout")
+    assert seen["g"].stride() == drawn.stride() == (2,), (seen["g"].stride(), drawn.stride())
+    assert [lab for lab, _ in strategies.layouts_for(torch.zeros(7))] == [label, "after .sum() (all strides 0)"]
+    assert label not in [lab for lab, _ in strategies.layouts_for(torch.zeros(6, 8))]
+
+
 def slots(*names_and_values):
     return [Slot(i, name, value) for i, (name, value) in enumerate(names_and_values)]
 
@@ -228,13 +241,20 @@ def test_integer_and_python_arguments_pass_through_unchanged():
     assert seen == {"target": torch.int64, "eps": 0.25, "reduction": "none"}
 
 
-def test_the_report_is_short_and_names_the_section():
+def test_the_report_is_short_and_names_the_section_on_a_line_of_its_own():
+    """The trap's name and its evidence first, in the author's terms; the remedy, and where the book teaches it,
+    on the next line."""
     first = type("GELUFirstElement", (torch.autograd.Function,), {
         "forward": staticmethod(lambda ctx, x: (ctx.save_for_backward(x), gelu(x))[1]),
         "backward": staticmethod(lambda ctx, g: g.reshape(-1)[0] * torch.ops.aten.gelu_backward(
             torch.ones_like(ctx.saved_tensors[0]), ctx.saved_tensors[0]))})
     text = str(check_backward(first, seeded_randn(3, 5, seed=7), reference=gelu))
-    assert len(text.splitlines()) <= 5 and "[17.1 and 17.3" in text and "grad_output[0]" in text, text
+    trap, = [line for line in text.splitlines() if line.startswith("  TRAP")]
+    fix = text.splitlines()[text.splitlines().index(trap) + 1]
+    assert len(text.splitlines()) <= 6 and "grad_output[0]" in trap, text
+    assert "17." not in trap and "Chapter" not in trap and "[" not in trap.split(":")[0], text
+    assert fix.strip().startswith("fix: multiply elementwise") and fix.endswith("(the book: 17.1 and 17.3: 2, 1 + 1 "
+                                                                                "and 3 + 2 are all uniform)"), text
 
 
 def test_finite_differences_agree_with_autograd_on_a_smooth_op():

@@ -8,13 +8,14 @@ and which trap a raise there means (the runner turns it into a finding, or into 
 values were the checker's own idea, which an op may refuse loudly).
 """
 import functools
+import math
 
 import torch
 
 from .calling import UsageError, announce, carries_gradient, clip, forward
 from .report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
-from .strategies import describe_shapes, randn
-from .truth import FORWARD_WRONG, NOISY, TOLERANCE, Truth, flat, narrowest, relative_error
+from .strategies import describe_shapes, input_layouts_for, randn
+from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, flat, narrowest, relative_error
 
 # autograd's own words when it refuses what a backward returned
 RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gradient",
@@ -26,6 +27,8 @@ DIFFERENCED = "differenced for the right gradient"
 # largest element: a sum of a few thousand terms in any order stays well inside it (on an H200, two layouts'
 # float64 sums of a batch-norm bias gradient, exactly 0 in exact arithmetic, came out more than 1024 apart).
 ROUNDING_ULPS = 4096
+# The grad_outputs the op's own noise is measured with (Context.own_noise): a, b and c, then a + b and b + c.
+NOISE_STREAMS = ("own noise a", "own noise b", "own noise c")
 
 
 # CUDA's words for a fault that leaves the process's GPU context unusable: every later call fails with it.
@@ -223,7 +226,59 @@ class Context:
         return error is None or error <= FORWARD_WRONG
 
     def expected(self, grad_outputs):
-        return self.truth.expected(grad_outputs)
+        """The right gradients under grad_outputs, judged beside the op's own noise (own_noise) at their size,
+        where the truth is the reference's (finite differences carry a noise of their own, larger)."""
+        expected = self.truth.expected(grad_outputs)
+        dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in self.values]
+        if not self.truth.by_reference:
+            return expected.judged_with(None, None, dtypes)
+        size = grad_output_size(grad_outputs)
+        noise = [self.own_noise[i][0] * size if i in self.own_noise else None for i in range(len(self.values))]
+        settled = [self.own_noise[i][1] if i in self.own_noise else None for i in range(len(self.values))]
+        return expected.judged_with(noise, settled, dtypes)
+
+    @functools.cached_property
+    def own_noise(self):
+        """{input: (noise, settled)}: the op's own noise in each element of its gradient under a standard normal
+        grad_output, measured from the op alone, as the larger of what two answers that must agree differ by:
+        its departure from linearity in grad_output, |B(a + b) - B(a) - B(b)| and |B(b + c) - B(b) - B(c)|
+        (autograd's vector-Jacobian product is linear in grad_output: what is left is rounding), and its
+        answer for a laid out otherwise against the one for a. A measure more than NOISY of the gradient's size
+        is no rounding (a backward that ignores grad_output is not linear in it, one that misreads a layout
+        disagrees with itself), and is left out. settled: the elements whose noise is within SETTLED_ULPS ulps
+        (of the input's dtype) of the op's own gradient there, which is a normal number of that dtype (an
+        answer of exactly 0 every time measures nothing, and one of a few float16 steps of 6e-8, whose
+        rounding is a whole step, could agree with itself by chance). Empty where the op refuses these calls."""
+        a, b, c = (self.randoms(name) for name in NOISE_STREAMS)
+        calls = {"a": a, "b": b, "c": c, "a + b": summed(a, b), "b + c": summed(b, c)}
+        try:
+            got = {key: self.vjp(g, f"with grad_output {key} (the op's own noise)") for key, g in calls.items()}
+        except OpRaised:
+            return {}
+        try:
+            laid = self.vjp([laid_out_otherwise(t) for t in a], "with grad_output a laid out otherwise (the op's "
+                                                                 "own noise)")
+        except OpRaised:
+            laid = [None] * len(self.values)
+        noise = {}
+        for i in self.op.inputs:
+            answers = {key: flat(got[key][i]) for key in calls}
+            if any(t is None or t.shape != answers["a"].shape for t in answers.values()):
+                continue
+            sources = [answers["a + b"] - answers["a"] - answers["b"], answers["b + c"] - answers["b"] - answers["c"]]
+            if laid[i] is not None and flat(laid[i]).shape == answers["a"].shape:
+                sources.append(flat(laid[i]) - answers["a"])
+            value = torch.stack([t.abs() for t in answers.values()]).nan_to_num(0.0, 0.0, 0.0).amax(dim=0)
+            size = value.norm().item()
+            kept = [t.abs().nan_to_num(0.0, 0.0, 0.0) for t in sources]
+            kept = [t for t in kept if t.norm().item() <= NOISY * size]
+            if not kept:
+                continue
+            measured = torch.stack(kept).amax(dim=0)
+            info = torch.finfo(self.values[i].dtype)
+            # below the smallest normal number rounding is a whole step, not a share of the value
+            noise[i] = (measured, (value >= info.tiny) & (measured <= SETTLED_ULPS * info.eps * value))
+        return noise
 
     def noisy(self, expected, inputs=None):
         """The inputs whose right gradient is too loose to judge by: finite differences too noisy, or a
@@ -239,8 +294,11 @@ class Context:
         if self.truth.by_reference:
             return (f"the forward is {self.forward_error:.3g} (relative) off the reference{self.where()}, so its "
                     f"gradients are held only to {expected.tolerance[i]:.2g}, too loose to judge")
-        return (f"finite differences for {self.arg(i)} are too noisy to decide (tolerance "
-                f"{expected.tolerance[i]:.2g}, relative){self.where()}: pass a reference")
+        if math.isinf(expected.tolerance[i]):
+            return (f"finite differences for {self.arg(i)} have nothing to judge by: every element or direction they "
+                    f"stepped straddles a kink or moves no output{self.where()}: pass a reference")
+        return (f"finite differences for {self.arg(i)} disagree with themselves by {expected.tolerance[i]:.2g} "
+                f"(relative) between two steps, too noisy to decide{self.where()}: pass a reference")
 
     def errors(self, got, expected, inputs=None):
         """{input: error in tolerances} for the inputs whose gradient is wrong, less the noisy ones."""
@@ -251,28 +309,51 @@ class Context:
     # -- the op against itself ---------------------------------------------------------------
 
     @functools.cached_property
+    def repeat_grad_outputs(self):
+        return self.randoms("the same call twice")
+
+    @functools.cached_property
     def repeat(self):
         """The same call made twice, on fresh copies: (first gradients, second gradients), each cloned
         as it comes back (a backward may hand back a workspace it reuses)."""
-        g = self.randoms("the same call twice")
+        g = self.repeat_grad_outputs
         return self.vjp(g, "with a random grad_output"), self.vjp(g, "called again")
 
     def typical(self, i):
-        """Input i's gradient under a random grad_output: the floor for comparing two of the op's own
-        gradients where one is exactly 0 (a masked region, a grad_output constant along a reduction)."""
+        """Input i's gradient under a random grad_output, the op's or the right one, whichever is larger: the
+        floor for comparing two of the op's own gradients where one is exactly 0 (a masked region, a
+        grad_output constant along a reduction), or both are rounding (a backward that ignores grad_output
+        returns a normaliser's gradient for grad_output = 1, which is 0 but for rounding)."""
         first = self.repeat[0][i]
-        return None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
+        own = None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
+        right = self.right_under_repeat[i]
+        if own is None or (right is not None and right.norm().item() > own.norm().item()):
+            return right
+        return own
+
+    @functools.cached_property
+    def right_under_repeat(self):
+        """The right gradient of each argument under the same-call-twice grad_output, flat and finite, where a
+        truth knows every element of it (None elsewhere)."""
+        try:
+            expected = self.expected(self.repeat_grad_outputs)
+        except (OpRaised, UsageError):
+            return [None] * len(self.values)
+        return [g.nan_to_num(0.0, 0.0, 0.0) if g is not None and index is None else None
+                for g, index in zip(expected.grads, expected.indices)]
 
     @functools.cached_property
     def rounding_floor(self):
         """What rounding alone can leave in any element of the op's gradients, a difference two of the op's
-        own answers may have for nothing: ROUNDING_ULPS of the precision it computes in, times its largest
-        gradient element under a random grad_output. A gradient that is zero in exact arithmetic (a bias
-        before a batch norm) is rounding alone, and two sums of it in different orders (atomic adds) differ
-        by that much, however far apart relative to each other."""
-        largest = max((flat(t).nan_to_num(0.0, 0.0, 0.0).abs().max().item() for t in self.repeat[0]
-                       if t is not None and t.numel()), default=0.0)
-        return ROUNDING_ULPS * torch.finfo(self.computed).eps * largest
+        own answers may have for nothing: ROUNDING_ULPS of the precision it computes in, times the largest
+        gradient element under a random grad_output (the op's or the right one). A gradient that is zero in
+        exact arithmetic (a bias before a batch norm) is rounding alone, and two sums of it in different
+        orders (atomic adds) differ by that much, however far apart relative to each other. In a narrow dtype,
+        at most its tolerance of that largest element."""
+        typical = [self.typical(i) for i in self.op.inputs]
+        largest = max((t.abs().max().item() for t in typical if t is not None and t.numel()), default=0.0)
+        # never more than the dtype's own tolerance of it: 4096 ulps of float16 are 4 times the largest element
+        return min(ROUNDING_ULPS * torch.finfo(self.computed).eps, TOLERANCE.get(self.computed, 1e-4)) * largest
 
     def noise(self, i):
         """How far the same call made twice lands from itself (relative): 0 for a deterministic op."""
@@ -309,6 +390,23 @@ class Context:
                 if error > self.tolerance(i):
                     differ[i] = error
         return differ
+
+
+def summed(a, b):
+    return [x + y for x, y in zip(a, b)]
+
+
+def grad_output_size(grad_outputs):
+    """How large grad_outputs are beside standard normal ones: the largest root-mean-square of any of them."""
+    sizes = [flat(g)[flat(g).isfinite()] for g in grad_outputs]
+    return max((t.norm().item() / t.numel() ** 0.5 for t in sizes if t.numel()), default=0.0)
+
+
+def laid_out_otherwise(t):
+    """The same values as t laid out otherwise (transposed, or a padded view whose gaps hold NaN), where t has
+    another layout; else t."""
+    layouts = input_layouts_for(t)
+    return layouts[0][1] if layouts else t
 
 
 def copies(tensors):

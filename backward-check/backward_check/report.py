@@ -87,8 +87,14 @@ class Finding:
             raise ValueError(f"unknown trap {self.trap!r}: add it to report.ALL_TRAPS")
 
     def __str__(self):
-        section = f" [{self.trap.section}]" if self.trap.section else ""
-        return f"  TRAP  {self.trap.name}{section}: {self.evidence}"
+        """The trap and its evidence on one line, then what to do about it, with where the book teaches it, on a
+        line of its own."""
+        book = f" (the book: {self.trap.section})" if self.trap.section else ""
+        return f"  TRAP  {self.trap.name}: {self.evidence}\n{FIX}{self.trap.remedy}{book}"
+
+
+FIX = "        fix: "
+ALSO = "        also "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,8 +191,22 @@ class Report:
                     f"line{'s' if count > 1 else ''}): not a clean bill")
         return "clean"
 
+    def also(self, finding):
+        """The same trap's findings for other inputs than finding's, each with its own evidence: a false alarm on
+        one input never hides the bug on another."""
+        seen = {finding.input}
+        others = []
+        for f in self.all_findings:
+            if f.trap is finding.trap and f.input is not None and f.input not in seen:
+                seen.add(f.input)
+                others.append(f)
+        return others
+
     def __str__(self):
-        lines = [f"check_backward({self.name}): {self.headline}", *map(str, self.findings)]
+        lines = [f"check_backward({self.name}): {self.headline}"]
+        for finding in self.findings:
+            lines.append(str(finding))
+            lines += [f"{ALSO}{f.evidence}" for f in self.also(finding)]
         lines += [f"  note  {n}" for n in self.notes]
         lines += [f"  ??    {u}" for u in dict.fromkeys(self.inconclusive)]
         if self.passed:

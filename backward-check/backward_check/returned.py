@@ -43,6 +43,25 @@ def expandable(grad, passed):
         return False
 
 
+def holds_every_value(dtype, like):
+    """Whether a gradient of dtype can hold every value of an input of dtype like: the same dtype, or a
+    floating-point one at least as wide in range and as fine in step (float32 for bfloat16; never float16 for
+    bfloat16, whose range float16's 65504 cannot reach)."""
+    if dtype == like:
+        return True
+    if not (dtype.is_floating_point and like.is_floating_point):
+        return False
+    wide, narrow = torch.finfo(dtype), torch.finfo(like)
+    return wide.max >= narrow.max and wide.eps <= narrow.eps and wide.tiny <= narrow.tiny
+
+
+def range_and_step(dtype):
+    if not dtype.is_floating_point:
+        return "integers"
+    info = torch.finfo(dtype)
+    return f"up to {info.max:.3g}, steps of {info.eps:.2g}"
+
+
 def returned_gradients(context, check):
     """backward called directly, with every input wanting a gradient and with each frozen in turn: one
     value per positional input, each None or a tensor like its input."""
@@ -76,6 +95,12 @@ def returned_gradients(context, check):
             if moved or (tuple(grad.shape) != tuple(passed.shape) and not expandable(grad, passed)):
                 return [Finding(check, RETURNS_WRONG, f"`{slot.name}` is {tuple(passed.shape)} on {passed.device}, "
                                                       f"but its gradient is {tuple(grad.shape)} on {grad.device}")]
+            if not holds_every_value(grad.dtype, passed.dtype):
+                return [Finding(check, RETURNS_WRONG, f"`{slot.name}` is {passed.dtype}, but backward returns a "
+                                                      f"{grad.dtype} gradient for it, which cannot hold every "
+                                                      f"{passed.dtype} value ({range_and_step(grad.dtype)}, against "
+                                                      f"{range_and_step(passed.dtype)}): autograd casts it back, after "
+                                                      f"the damage")]
             if tuple(grad.shape) != tuple(passed.shape):
                 outcomes.append(Note(check, f"backward returns `{slot.name}`'s gradient as {tuple(grad.shape)} for "
                                             f"an input of {tuple(passed.shape)}: autograd sums it to the input's "

@@ -61,9 +61,11 @@ CHECKS = (
           "the forward, with every input wanting a gradient and each frozen in turn, must not change an argument "
           "it does not declare (ctx.mark_dirty); a sibling that saved the same tensor shows the damage"),
     Check(RANDOM, values.random_grad_output,
-          (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART, KEEPS_STATE),
-          "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output = 1, "
-          "each output's grad_output alone, 2 and 5 everywhere, a shape the op has not seen", undecided_after=(SAME_CALL,)),
+          (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART, KEEPS_STATE,
+           LAID_OUT_LIKE_INPUT),
+          "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output laid out "
+          "like an input given laid out otherwise, grad_output = 1, each output's grad_output alone, 2 and 5 "
+          "everywhere, a shape the op has not seen", undecided_after=(SAME_CALL,)),
     Check("writes in the backward", writes.backward_writes, (MUTATES_GRAD_OUTPUT, WRITES),
           "the backward, with every input wanting a gradient and each frozen in turn, must leave grad_output, the "
           "arguments and the outputs alone"),
@@ -75,8 +77,8 @@ CHECKS = (
           "in one graph each give what they give alone", sets=(GIVEN,), undecided_after=(SAME_CALL,)),
     Check("the layouts autograd hands on", strides.layouts, (CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT,
                                                              MUTATES_GRAD_OUTPUT),
-          "each grad_output layout autograd hands on (after a transpose, torch.cat, .sum(dim=0), .sum(dim=-1), .sum()) "
-          "against the same values made contiguous", undecided_after=(SAME_CALL,)),
+          "each grad_output layout autograd hands on (after a transpose, torch.cat, torch.stack of 1-D tensors, "
+          ".sum(dim=0), .sum(dim=-1), .sum()) against the same values made contiguous", undecided_after=(SAME_CALL,)),
     Check("inputs laid out otherwise", strides.other_input_layouts, (CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT),
           "each input laid out transposed, and as a padded view whose gaps hold NaN (`x[:, :d]`, `x[::2]`), with "
           "the same values: the same outputs and gradients", sets=(GIVEN,), undecided_after=(SAME_CALL,)),

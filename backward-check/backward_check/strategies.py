@@ -4,8 +4,9 @@ grad_outputs: random (what a weight, a mask or a loss per row hands back), unifo
 and fan-in hand back), and the layouts autograd really hands a backward: after .sum() every stride
 is 0; after .sum(dim=0) a row repeated with stride 0 along dim 0; after .sum(dim=-1) a column
 repeated (strides (1, 0)); after torch.cat along the last dimension a narrow view of a wider
-gradient; after a transpose, a transposed one. tests/test_checker_strategies.py checks that autograd
-hands exactly these strides.
+gradient; after torch.stack along the last dimension of 1-D tensors, every other element; after a
+transpose, a transposed one. tests/test_checker_strategies.py checks that autograd hands exactly these
+strides.
 
 Inputs: the ones given, and the same grown to span several 1024-element blocks with a ragged tail.
 The checker varies only what is its own to vary: the floating-point inputs it takes gradients for.
@@ -97,20 +98,33 @@ def after_cat(t, name, base=0):
     return wider.narrow(-1, 0, t.shape[-1])
 
 
+def after_stack(t, name, base=0):
+    """(w * torch.stack([z, other], dim=-1)).sum() for a 1-D z: StackBackward0 hands z every other element of
+    w, stride 2. The elements between hold NaN, as after_cat's gaps do."""
+    wider = randn((*t.shape, 2), t, name, base)
+    if wider.is_floating_point():
+        wider[..., 1] = float("nan")
+    return wider[..., 0]
+
+
 def after_transpose(t, name, base=0):
     """(w * z.transpose(0, -1)).sum(): the gradient comes back transposed."""
     return randn(tuple(reversed(t.shape)), t, name, base).permute(*reversed(range(t.dim())))
 
 
 # In the order they are tried: the transpose first (it tells "laid out like its input" apart), the
-# stride-0 ones last, since a kernel that assumes contiguity reads past their small storage.
+# stride-0 ones last, since a kernel that assumes contiguity reads past their small storage. A 1-D
+# grad_output is handed only .sum()'s, and torch.stack's every other element (which tells "laid out like
+# its input" apart there).
 LAYOUTS = {
     "after a transpose": after_transpose,
     "after torch.cat(dim=-1) (a narrow view)": after_cat,
+    "after torch.stack(dim=-1) (every other element)": after_stack,
     "after .sum(dim=0) (stride 0 along dim 0)": after_sum_dim0,
     "after .sum(dim=-1) (stride 0 along the last dim)": after_sum_last,
     "after .sum() (all strides 0)": after_sum,
 }
+ONE_DIMENSIONAL = (after_sum, after_stack)  # the layouts a 1-D grad_output is handed; after_stack only those
 
 
 def layouts_for(t, base=0):
@@ -119,7 +133,7 @@ def layouts_for(t, base=0):
         return []
     chosen = []
     for label, make in LAYOUTS.items():
-        if make is not after_sum and t.dim() < 2:
+        if (make not in ONE_DIMENSIONAL and t.dim() < 2) or (make is after_stack and t.dim() != 1):
             continue
         g = make(t, f"layout {label}", base)
         if not g.is_contiguous():

@@ -17,6 +17,12 @@ arithmetic (a bias before a batch norm) or the sum of terms that cancel (a softm
 grad_output) is then judged by the rounding its terms carry, not by its own vanishing size. Element by
 element, an element off by half its own value beyond that rounding is far off, however small it is
 beside the largest (a wrong branch for large negative inputs).
+
+The op's own noise, measured from the op (context.Context.own_noise: its gradient for a + b against its
+gradients for a and for b, and for a grad_output laid out otherwise), is allowed beside the reference's
+rounding: an op that rounds where the reference does not (a float16 kernel that accumulates in float32 and
+rounds its output, TF32 products in a chunked scan) is judged by what its own rounding does, element by
+element and over the whole gradient, never by a rule that its own noise alone breaks.
 """
 import dataclasses
 import functools
@@ -58,6 +64,16 @@ FAR_OFF = 0.5
 EPS64 = torch.finfo(torch.float64).eps
 # Float64 ulps of the op's largest gradient element that any element may be off for nothing (Expected.floor).
 ZERO_ULPS = 16
+# How many times its own measured noise (one draw of three calls' rounding, so larger than one call's) the whole
+# gradient may be off, in norm. Its largest element, and each element, may be off by ROUNDING_TIMES the noise there,
+# as by the reference's rounding: an element's noise is one draw of its size.
+NOISE_TIMES = 2
+# An element whose own noise is within this many ulps of its dtype of the op's value there, and whose reference
+# rounding within twice that of the right value, is judged by that rounding alone, not by its neighbourhood's: a
+# softplus gradient of 1e-11 far below 0, beside gradients of 0.5 whose rounding is 1e-8, is wrong when it is 2e-11.
+# A correctly rounded product is within 1.5 ulps, measured as the op's noise (three answers' rounding); a
+# cancellation whose rounding is larger than its value is settled only where five draws of it all fall short.
+SETTLED_ULPS = 2
 
 
 def relative_error(got, right, typical=None, allowance=0.0):
@@ -153,18 +169,49 @@ class Expected:
     reference that takes only the op's dtype); fine: the same, and under TF32 operands for a float32 op,
     for judging element by element. projected: per argument, the part of a gradient its values' contract lets
     through (contracts.py: a symmetric matrix's symmetric part), which grads holds and every gradient judged
-    is taken to first; None where the whole gradient counts."""
+    is taken to first; None where the whole gradient counts. noise: per argument, the op's own measured noise
+    in each element at this grad_output's size (None where not measured); settled: where it was, the elements
+    whose noise is within SETTLED_ULPS ulps of the op's own value there; dtypes: each argument's gradient
+    dtype, whose smallest steps near 0 no gradient can be judged closer than."""
     grads: list
     indices: list
     tolerance: list
     rounding: list = None
     fine: list = None
     projected: list = None
+    noise: list = None
+    settled: list = None
+    dtypes: list = None
 
     def __post_init__(self):
         self.rounding = self.rounding or [None] * len(self.grads)
         self.fine = self.fine or [None] * len(self.grads)
         self.projected = self.projected or [None] * len(self.grads)
+        self.noise = self.noise or [None] * len(self.grads)
+        self.settled = self.settled or [None] * len(self.grads)
+        self.dtypes = self.dtypes or [None] * len(self.grads)
+
+    def judged_with(self, noise, settled, dtypes):
+        """The same right gradients, judged beside the op's own noise (context.Context.own_noise)."""
+        return dataclasses.replace(self, noise=noise, settled=settled, dtypes=dtypes)
+
+    def unmeasured(self, i):
+        """What an element of argument i may be off by where nothing measures its rounding (the op's own noise
+        is not settled there): one ulp of i's dtype at the op's largest gradient element, what rounding in
+        that dtype can leave in any element. A float16 or bfloat16 gradient that is 0 in exact arithmetic
+        (the first query of a causal attention attends to itself alone), computed in float32 and rounded,
+        comes back as float32 rounding, where the reference computes an exact 0 and the op's answer was
+        exactly 0 each time its noise was measured."""
+        dtype = self.dtypes[i]
+        if dtype is None or not dtype.is_floating_point:
+            return 0.0
+        return torch.finfo(dtype).eps * self.largest
+
+    @functools.cached_property
+    def largest(self):
+        """The op's largest right gradient element, over every argument."""
+        return max((g[g.isfinite()].abs().max().item() for g in self.grads
+                    if g is not None and bool(g.isfinite().any())), default=0.0)
 
     @functools.cached_property
     def floor(self):
@@ -172,9 +219,7 @@ class Expected:
         largest gradient element. A gradient that is 0 in exact arithmetic (a bias before a batch norm) is
         a sum of another gradient's elements, and carries their rounding, not its own vanishing size's;
         where the reference's rounding in the op's dtype happens to be 0 there too, this is what is left."""
-        largest = max((g[g.isfinite()].abs().max().item() for g in self.grads
-                       if g is not None and bool(g.isfinite().any())), default=0.0)
-        return ZERO_ULPS * EPS64 * largest
+        return ZERO_ULPS * EPS64 * self.largest
 
     def error(self, got, i, shape):
         """got's error for argument i in units of what counts as right (above 1 is wrong): the larger of
@@ -198,24 +243,45 @@ class Expected:
         d = g - right
         if not d.numel():
             return 0.0
-        tolerance, rounding = self.tolerance[i], self.rounding[i]
-        rounding = torch.zeros_like(right) if rounding is None else rounding.to(right.device)[finite]
+        tolerance = self.tolerance[i]
+        rounding, noise = (torch.zeros_like(right) if t is None else t.to(right.device)[finite]
+                           for t in (self.rounding[i], self.noise[i]))
+        floor = self.floor
+        # Over the whole gradient the op's noise widens its tolerance at most twofold: a float32 op that rounds its
+        # gradient to float16 is as noisy as float16, and that is its bug, not its precision.
+        noisy = min(NOISE_TIMES * noise.norm().item(), tolerance * right.norm().item())
         return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()
-                         + self.floor * math.sqrt(d.numel())),
+                         + noisy + floor * math.sqrt(d.numel())),
                    ratio(d.abs().max().item(),
                          tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()
-                         + self.floor))
+                         + ROUNDING_TIMES * noise.abs().max().item() + floor))
+
+    def local_rounding(self, i, right):
+        """Each element's rounding, times ROUNDING_TIMES: the larger of the reference's (fine) and the op's own
+        noise, taken as its neighbourhood's (an element's own rounding is one draw, and may happen to be 0),
+        and at least what rounding in its dtype can leave anywhere (unmeasured); but an element whose
+        rounding, the reference's and the op's, is settled (within SETTLED_ULPS ulps of its value) is judged
+        by its own alone, so that a small gradient beside large ones is judged by its own size."""
+        fine, noise = self.fine[i].to(right.device), self.noise[i]
+        own = fine if noise is None else torch.maximum(fine, noise.to(right.device))
+        around = ROUNDING_TIMES * neighbourhood(own) + self.unmeasured(i)
+        if self.settled[i] is None:
+            return around
+        # The reference settles an element by its rounding in the op's dtype, not under TF32 operands, which move a
+        # softplus gradient at x = -20 by 1% (its exponent's rounding): the op's own noise tells a TF32 kernel.
+        eps = torch.finfo(self.dtypes[i]).eps
+        rounding = fine if self.rounding[i] is None else self.rounding[i].to(right.device)
+        settled = self.settled[i].to(right.device) & (rounding <= 2 * SETTLED_ULPS * eps * right.abs())
+        return torch.where(settled, ROUNDING_TIMES * own, around)
 
     def far_off(self, got, i):
         """Which elements (of the sample) are far off: by more than FAR_OFF of their own value, beyond
-        ROUNDING_TIMES the rounding around them (an element's own rounding is one draw, and may happen to
-        be 0). None where the rounding is not known."""
-        fine = self.fine[i]
-        if fine is None:
+        ROUNDING_TIMES their rounding (local_rounding: the reference's and the op's own). None where the
+        reference's rounding is not known."""
+        if self.fine[i] is None:
             return None
         g, right = self._pair(got, i)
-        fine = fine.to(right.device)
-        allowed = FAR_OFF * right.abs() + ROUNDING_TIMES * neighbourhood(fine) + self.floor
+        allowed = FAR_OFF * right.abs() + self.local_rounding(i, right) + self.floor
         d = (g - right).abs()
         agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
         return ~agree & ((d > allowed) | ~(d.isfinite() | agree))
@@ -731,8 +797,11 @@ class Truth:
         if self.by_reference:
             return "the reference, in float64" if self.source.dtype == torch.float64 else "the reference"
         if self.source.along_directions:
-            count = max(len(d.labels) for d in self.source.directions.values())
-            return f"finite differences along {count} random directions an input"
+            kept = sorted({len(d.labels) for d in self.source.directions.values()})
+            if kept == [0]:
+                return "finite differences along random directions, none of which a derivative could be read along"
+            count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
+            return f"finite differences along {count} random directions of each input (too many elements to step one by one)"
         return "finite differences"
 
     def forward_error(self, op_outputs):

@@ -4,11 +4,13 @@ import torch
 
 from .calling import is_function
 from .context import OpFaulted, OpRaised
-from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE, RETURNS_WRONG,
-                     UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note, Passed, Undecided)
+from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
+                     LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note,
+                     Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
 from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
+from .strides import laid_out_as
 from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 
 
@@ -146,7 +148,8 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     """Which trap explains input i's wrong gradient under grad_output g: None where a gradient is needed;
     right on the first elements and wrong from some element on, here or on the inputs grown (a grid or
     a mask that stops short); a gradient narrower than its input, or one tensor handed back for two
-    inputs; then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
+    inputs; right with grad_output laid out like an input given laid out otherwise (it reads grad_output at
+    that input's strides); then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
     (everywhere, or for one output); one output's part missing; right for every uniform grad_output
     (which element it used); else a wrong formula."""
     who, where, shape = context.name(i), context.where(), context.values[i].shape
@@ -178,13 +181,18 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return finding(RETURNS_WRONG, f"its gradient and {context.arg(j)}'s are one tensor, holding {context.arg(j)}'s "
                                       f"right gradient: the backward returns one workspace for both, and the "
                                       f"second gradient overwrote the first ({off:.3g} off, relative)")
+    laid_out = right_with_grad_output_laid_out_like(context, i, g, expected)
+    if laid_out:
+        return finding(LAID_OUT_LIKE_INPUT, f"wrong with a contiguous grad_output ({off:.3g} off, relative), right with "
+                                            f"grad_output laid out like {laid_out}, as given: the backward reads "
+                                            f"grad_output with {laid_out}'s strides")
     near = near_miss(context, i, got, expected, g, off)
     if near:
         return Undecided(check, f"{who}the gradient is {off:.3g} (relative) off under a random grad_output, just past "
                                 f"the {expected.tolerance[i]:.3g} this op's precision allows: too little for any trap, "
                                 f"too much to call right; {near}{where}")
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
-    if ones.error(got[i], i, shape) <= 1.0:
+    if ones.error(got[i], i, shape) <= 1.0 or gives_its_answer_for_ones(context, i, got, ones):
         return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
                                             f"everywhere ({off:.3g} off, relative)")
     for k in range(len(context.outputs) if len(context.outputs) > 1 else 0):  # one output's grad_output at a time
@@ -218,19 +226,54 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                   f"random one{wrong_share(got[i], expected, i)})")
 
 
+def right_with_grad_output_laid_out_like(context, i, g, expected):
+    """The input given laid out otherwise than contiguous (`x`), of its output's shape, with which laying out a
+    grad_output the backward gets wrong makes input i's gradient right; else ''. A kernel that reads grad_output
+    at x's strides is right only when the two agree (the checker's own laid-out inputs find it where x is given
+    contiguous)."""
+    for j in context.op.inputs:
+        x = context.values[j]
+        shapes = [k for k, o in enumerate(context.outputs) if o.shape == x.shape]
+        if x.is_contiguous() or not shapes:
+            continue
+        laid = [laid_out_as(t, x) if k == shapes[0] else t for k, t in enumerate(g)]
+        try:
+            got = context.vjp(laid, f"with grad_output laid out like {context.arg(j)}", fresh=False)
+        except OpRaised:
+            continue
+        if expected.error(got[i], i, context.values[i].shape) <= 1.0:
+            return context.arg(j)
+    return ""
+
+
+def gives_its_answer_for_ones(context, i, got, ones):
+    """Whether input i's gradient under a random grad_output is the op's own answer for grad_output = 1
+    everywhere, and that answer the right one for ones (ones: the right gradients for it), each compared
+    beside the right gradient's size under a random grad_output: where the right gradient for ones is 0 but
+    for rounding (a normaliser's), the op's rounding and the reference's differ however right the op is, and
+    only the op itself can say that its answer did not move. A backward that returns zeros whatever it is
+    given is a wrong formula where the gradient for ones is not 0."""
+    mine = context.vjp([uniform_like(o, 1.0) for o in context.outputs], "with grad_output = 1 everywhere")
+    if mine[i] is None or ones.indices[i] is not None or context.same(got, mine, [i]):
+        return False  # (where only a sample of the right gradient is known, the truth's own comparison decides)
+    right = relative_error(flat(mine[i]), ones.grads[i].to(mine[i].device), typical=context.typical(i),
+                           allowance=context.rounding_floor)
+    return right <= context.tolerance(i)
+
+
 def right_for_uniform(context, i, values=None):
     """Whether input i's gradient is right for grad_output = 2 and = 5 everywhere (each output its own
     constant, so swapped grad_outputs do not pass as uniform): a gradient wrong only for a grad_output that
     varies is no grid's fault, however right its first row (grad_output[0] is that row's own value)."""
     shape = context.values[i].shape if values is None else values[i].shape
-    truth = context.truth if values is None else Truth(context.op, values, context.reference, context.graded_positions,
-                                                       sample=True)
+    expected = context.expected if values is None else Truth(context.op, values, context.reference,
+                                                             context.graded_positions, sample=True).expected
     outputs = context.outputs if values is None else context.run("on the inputs grown", values=values,
                                                                  made_up=True).graded
     for c in (2.0, 5.0):
         gc = [uniform_like(o, c * (1 + k)) for k, o in enumerate(outputs)]
         got_c = context.vjp(gc, f"with grad_output = {c:g} everywhere", values=values, made_up=values is not None)
-        if truth.expected(gc).error(got_c[i], i, shape) > 1.0:
+        if expected(gc).error(got_c[i], i, shape) > 1.0:
             return False
     return True
 
@@ -254,13 +297,19 @@ def near_miss(context, i, got, expected, g, off):
 
 
 def wrong_share(got, expected, i):
-    """', 3 of 2000 elements far off' where only a few are."""
+    """', 3 of 2000 elements far off' where only a few are (of the elements sampled, or of the random directions
+    along which the gradient is known)."""
     far = expected.far_off(got, i)
     if far is None:
         g, want = expected.sample(got, i), expected.grads[i]
         far = (g - want).abs() > torch.maximum(want.abs() / 2, expected.tolerance[i] * want.abs().max())
     count, total = int(far.sum()), far.numel()
-    return f"; {count} of {total} elements far off" if 0 < count < total else ""
+    if not 0 < count < total:
+        return ""
+    index = expected.indices[i]
+    if isinstance(index, RandomDirections):
+        return f"; off by half or more along {count} of the {total} random directions it was checked along"
+    return f"; {count} of {total} {'sampled ' if index is not None else ''}elements far off"
 
 
 # A grid or a mask that stops short leaves a gradient right on at least its first block: a prefix this long
