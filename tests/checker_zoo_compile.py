@@ -66,8 +66,9 @@ class SameTensorTwice(torch.autograd.Function):
 
 
 class InPlaceInForward(torch.autograd.Function):
-    """pytorch/pytorch#180642's class: an in-place op inside forward (here y += 1). Right eagerly; torch 2.11
-    compiled, the gradient reaches the wrong output slot."""
+    """pytorch/pytorch#180642's class: an in-place op inside forward (here y += 1), x scaled by a row w. Right
+    eagerly; torch 2.11 compiled, the gradient reaches the wrong output slot. Its inputs are of two shapes, so the
+    same tensor cannot be passed as both (#183604 is the other case's)."""
     @staticmethod
     def forward(ctx, x, w):
         y = x * w
@@ -78,14 +79,14 @@ class InPlaceInForward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         x, w = ctx.saved_tensors
-        return grad_output * w, grad_output * x  # d(xw + 1)/dx = w, d/dw = x
+        return grad_output * w, (grad_output * x).sum(dim=0)  # d(xw + 1)/dx = w, d/dw = x summed over the rows
 
 
 PUBLIC = {
     "the same tensor passed as two inputs (pytorch/pytorch#183604)": (
         SameTensorTwice, (x35(), x35(31)), {}, lambda a, b: a * b + a + b, SAME_TENSOR_TWICE),
     "an in-place op inside forward (pytorch/pytorch#180642)": (
-        InPlaceInForward, (x35(), x35(31)), {}, lambda x, w: x * w + 1, IN_PLACE_IN_FORWARD),
+        InPlaceInForward, (x35(), seeded_randn(5, seed=92)), {}, lambda x, w: x * w + 1, IN_PLACE_IN_FORWARD),
 }
 
 

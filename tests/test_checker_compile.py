@@ -237,11 +237,30 @@ def test_the_environment_turns_the_compile_check_on(monkeypatch):
 
 def test_in_place_ops_are_read_from_the_traced_forward():
     """How a finding names #180642: the forward Dynamo traced writes in place (y += 1); SameTensorTwice's does not."""
-    x, w = (torch.randn(4, requires_grad=True) for _ in range(2))
     found = {}
-    for op in (InPlaceInForward, SameTensorTwice):
-        compiler = compiled.Compiler(None, "aot_eager")
+    for op, args, _, _, _ in PUBLIC.values():
+        compiler = compiled.Compiler(op, "aot_eager")
         with compiled.compiling():
-            compiler.compile(lambda a, b: op.apply(a, b), fullgraph=True)(x * 1.0, w * 1.0)
+            compiler.compile(lambda a, b: op.apply(a, b), fullgraph=True)(*(a.clone().requires_grad_() for a in args))
             found[op] = compiler.in_place_in_forward()
     assert found == {InPlaceInForward: True, SameTensorTwice: False}
+
+
+def test_in_the_wild_hands_compile_to_the_checker(monkeypatch):
+    """tools/in_the_wild.py --compile sets the variable its children inherit; run_checker passes it to the checker."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import in_the_wild
+    from backward_check import Report
+    assert in_the_wild.COMPILE_VARIABLE == compiled.ENVIRONMENT
+    seen = {}
+
+    def checker(fn, *args, **kwargs):
+        seen.update(kwargs)
+        return Report("op")
+
+    monkeypatch.setenv(compiled.ENVIRONMENT, "aot_eager")
+    in_the_wild.run_checker(checker, torch.tanh, (torch.randn(3),), {}, torch.tanh, "tanh")
+    assert seen["compile"] == "aot_eager"
+    monkeypatch.delenv(compiled.ENVIRONMENT)
+    in_the_wild.run_checker(checker, torch.tanh, (torch.randn(3),), {}, torch.tanh, "tanh")
+    assert seen["compile"] is False

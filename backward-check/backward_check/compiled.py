@@ -124,10 +124,10 @@ class KnownIssue:
         return version_tuple(version) in {version_tuple(v) for v in self.affected}
 
 
-SAME_TENSOR_TWICE = KnownIssue(183604, "the same tensor passed as two inputs gets half its gradient", ("2.11",),
-                               "2.13")
+SAME_TENSOR_TWICE = KnownIssue(183604, "the same tensor passed as two inputs gets half its gradient",
+                               ("2.11", "2.12"), "2.13")
 IN_PLACE_IN_FORWARD = KnownIssue(180642, "an in-place op inside forward sends the gradient to the wrong output",
-                                 ("2.11",), "2.13")
+                                 ("2.11",), "2.12")
 KNOWN_ISSUES = (SAME_TENSOR_TWICE, IN_PLACE_IN_FORWARD)
 
 

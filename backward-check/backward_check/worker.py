@@ -46,8 +46,10 @@ def check_call(op, name, args, kwargs, no_grad):
     """check_backward on one recorded call, as a Verdict; a usage error or the checker's own failure is 'not
     checked', never a raise."""
     from . import Sample, UsageError, check_backward
+    from .compiled import backend_from_environment
     try:
-        report = check_backward(op, Sample(*args, **kwargs), name=name, no_grad=no_grad)
+        report = check_backward(op, Sample(*args, **kwargs), name=name, no_grad=no_grad,
+                                compile=backend_from_environment())
     except UsageError as error:
         return Verdict(NOT_CHECKED, f"not checked: {clip(error, 200)}", str(error))
     except Exception as error:  # noqa: BLE001  (the checker's own failure, which the table reports)
