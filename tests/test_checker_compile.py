@@ -264,3 +264,21 @@ def test_in_the_wild_hands_compile_to_the_checker(monkeypatch):
     monkeypatch.delenv(compiled.ENVIRONMENT)
     in_the_wild.run_checker(checker, torch.tanh, (torch.randn(3),), {}, torch.tanh, "tanh")
     assert seen["compile"] is False
+
+
+CALLS = torch.zeros(())
+
+
+def scaled_by_its_calls(x):
+    """Keeps state Dynamo can compile (a module-level tensor it counts its calls in): no two calls agree."""
+    CALLS.add_(1)
+    return x * x / CALLS
+
+
+def test_an_op_that_disagrees_with_itself_gets_no_compile_verdict():
+    """Compiled and eager calls of an op whose calls disagree with each other decide nothing: a ?? line, never ok
+    (eager's own drift between its call in the op's dtype and its float64 one would otherwise pass as rounding)."""
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(8)).to(compiled.DEVICE)
+    report = check_backward(scaled_by_its_calls, x, compile=BACKEND, grow=False)
+    assert UNDER_COMPILE not in report.passed, str(report)
+    assert any(line.startswith(UNDER_COMPILE) for line in report.inconclusive), str(report)

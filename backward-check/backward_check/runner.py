@@ -42,7 +42,6 @@ class Check:
 
 
 SAME_CALL = "the same call twice"
-BETWEEN_CALLS = "state between calls"
 FORWARD = "the forward"
 RANDOM = "random grad_output"
 
@@ -50,8 +49,6 @@ RANDOM = "random grad_output"
 UNDECIDED_BECAUSE = {
     SAME_CALL: "the op does not agree with itself between identical calls, so comparing two of its calls decides "
                "nothing",
-    BETWEEN_CALLS: "the op keeps state between calls, so two of its calls made in another order (compiled and "
-                   "eager, say) see other state, and comparing them decides nothing",
 }
 
 CHECKS = (
@@ -72,7 +69,7 @@ CHECKS = (
     Check("backward twice over one graph", writes.twice_over_one_graph, (WRITES, KEEPS_STATE),
           "backward twice with retain_graph=True gives the same gradient, and leaves what it saved alone",
           sets=(GIVEN,)),
-    Check(BETWEEN_CALLS, state.between_calls, (KEEPS_STATE,),
+    Check("state between calls", state.between_calls, (KEEPS_STATE,),
           "a gradient handed back survives the next call; a call on other values gets its own derivative; two calls "
           "in one graph each give what they give alone", sets=(GIVEN,), undecided_after=(SAME_CALL,)),
     Check("the layouts autograd hands on", strides.layouts, (CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT,
@@ -105,7 +102,7 @@ CHECKS = (
           "the op compiled (fullgraph=True where it can be) against itself eagerly: its forward, and its gradients "
           "under a random grad_output, each layout autograd hands on, two consumers inside the compiled function, "
           "and one tensor passed as two inputs", needs=("compile",), sets=(GIVEN,),
-          undecided_after=(SAME_CALL, BETWEEN_CALLS)),
+          undecided_after=(SAME_CALL,)),
 )
 
 
