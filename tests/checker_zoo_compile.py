@@ -82,6 +82,20 @@ class InPlaceInForward(torch.autograd.Function):
         return grad_output * w, (grad_output * x).sum(dim=0)  # d(xw + 1)/dx = w, d/dw = x summed over the rows
 
 
+class CancelsInBfloat16(torch.autograd.Function):
+    """(1.01 x)^2 - x^2, computed as written: in bfloat16 eager rounds each square, and the two cancel to a result
+    30% off; Inductor keeps the squares in float32 and is nearer the exact 0.0201 x^2. More precise is not wrong."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x * 1.01) ** 2 - x ** 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return grad_output * (2 * 1.01 * (x * 1.01) - 2 * x)
+
+
 PUBLIC = {
     "the same tensor passed as two inputs (pytorch/pytorch#183604)": (
         SameTensorTwice, (x35(), x35(31)), {}, lambda a, b: a * b + a + b, SAME_TENSOR_TWICE),

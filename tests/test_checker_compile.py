@@ -17,7 +17,7 @@ import torch
 from chapter_scripts import REPO
 from checker_zoo import LEGAL
 from checker_zoo_compile import (CUSTOM_OPS_LEGAL, CUSTOM_OPS_PLANTED, PUBLIC, TRITON_OPS, WRONG_BACKEND,
-                                 InPlaceInForward, SameTensorTwice, scaled_tanh)
+                                 CancelsInBfloat16, InPlaceInForward, SameTensorTwice, scaled_tanh)
 from checker_zoo_planted import PLANTED
 
 sys.path.insert(0, str(REPO / "practice"))
@@ -73,6 +73,16 @@ def test_triton_kernels_are_clean_under_compile(case):
         assert report.noted(NEEDS_A_GPU), where(case, BACKEND, report)
     else:
         assert UNDER_COMPILE in report.passed and not report.noted(NEEDS_A_GPU), where(case, BACKEND, report)
+
+
+@pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
+    """Inductor keeps bfloat16 in float32 between ops, so where eager's rounding cancels, the compiled answer differs
+    from eager's by far more than bfloat16's tolerance, and by less than eight times eager's own rounding (measured on
+    float64 copies): no finding (the eager checks may have their own opinion of so imprecise an op)."""
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).to(compiled.DEVICE, torch.bfloat16)
+    report = check_backward(CancelsInBfloat16, x, compile="inductor", grow=False)
+    assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
 
 
 # -- a wrong compiler is named ----------------------------------------------------------------------------------------------

@@ -511,7 +511,7 @@ class Judge:
         for k, (c, e) in enumerate(zip(got[0], want[0])):
             off, own = off_eager(c, e, eager64[0][k] if k < len(eager64[0]) else None)
             if off > context.output_tolerance():
-                which = f"output {k}" if len(got[0]) > 1 else "the output"
+                which = f"output {k}" if len(got[0]) > 1 else "output"
                 return Finding(self.check, WRONG_UNDER_COMPILE,
                                f"{case.label}, the compiled forward's {which} is {off:.3g} (relative) off eager's, "
                                f"beyond {ROUNDING_TIMES} times eager's own rounding ({own:.2g}){self.where()}")
