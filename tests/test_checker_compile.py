@@ -85,6 +85,15 @@ def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
     assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
 
 
+@pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+def test_a_dropout_draws_the_same_mask_compiled():
+    """Inductor draws random numbers its own way unless told to draw them as eager does (fallback_random): a
+    dropout, seeded alike for both calls, would otherwise be two different masks, and a finding."""
+    op, args, kwargs, reference = LEGAL["random numbers drawn in forward (a dropout)"]
+    report = check_backward(op, *args, reference=reference, compile="inductor", grow=False, **kwargs)
+    assert report.clean and UNDER_COMPILE in report.passed, str(report)
+
+
 # -- a wrong compiler is named ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["torch ops inside", "two inputs, honouring needs_input_grad", "two outputs",
