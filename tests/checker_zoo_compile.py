@@ -96,6 +96,15 @@ class CancelsInBfloat16(torch.autograd.Function):
         return grad_output * (2 * 1.01 * (x * 1.01) - 2 * x)
 
 
+class CancelsRefusingFloat64(CancelsInBfloat16):
+    """The same, with a kernel that has no float64 path: its own rounding is measured against float32 copies."""
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype == torch.float64:
+            raise TypeError("no float64 kernel")
+        return CancelsInBfloat16.forward(ctx, x)
+
+
 PUBLIC = {
     "the same tensor passed as two inputs (pytorch/pytorch#183604)": (
         SameTensorTwice, (x35(), x35(31)), {}, lambda a, b: a * b + a + b, SAME_TENSOR_TWICE),

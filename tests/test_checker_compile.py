@@ -5,8 +5,10 @@ reported once (never also as wrong under torch.compile), and torch.library custo
 
 BACKWARD_CHECK_COMPILE_BACKEND picks the backend the zoos compile with (default aot_eager: AOTAutograd's graphs run
 eagerly, a second or two a check on a CPU; inductor costs 10 to 50 s a check there, see docs/library-authors.md).
-The public issues are checked under both aot_eager and inductor where the machine has a compiler: the issues are
-AOTAutograd's, the same under both. A failure prints the case, the backend, the torch and the report.
+Where Inductor itself is the point, a test asks for it, where the machine has Triton or a C++ compiler: the public
+issues under both aot_eager and inductor (the issues are AOTAutograd's, the same under both), the Triton kernels
+(the default backend: real Triton kernels compiled by Inductor on a GPU), a dropout's mask and a bfloat16 op whose
+compiled answer is nearer exact than eager's. A failure prints the case, the backend, the torch and the report.
 """
 import os
 import shutil
@@ -17,7 +19,8 @@ import torch
 from chapter_scripts import REPO
 from checker_zoo import LEGAL
 from checker_zoo_compile import (CUSTOM_OPS_LEGAL, CUSTOM_OPS_PLANTED, PUBLIC, TRITON_OPS, WRONG_BACKEND,
-                                 CancelsInBfloat16, InPlaceInForward, SameTensorTwice, scaled_tanh)
+                                 CancelsInBfloat16, CancelsRefusingFloat64, InPlaceInForward, SameTensorTwice,
+                                 scaled_tanh)
 from checker_zoo_planted import PLANTED
 
 sys.path.insert(0, str(REPO / "practice"))
@@ -64,15 +67,16 @@ def test_a_legal_custom_op_passes_opcheck_and_the_compiled_backward(case):
 
 @pytest.mark.parametrize("case", list(TRITON_OPS))
 def test_triton_kernels_are_clean_under_compile(case):
-    """On a GPU the kernels compile (Triton's, called directly or through triton_op) and the check compares; under
-    Triton's interpreter on the CPU nothing can be traced, and a note says to run it on a GPU."""
+    """With the default backend (Inductor, where Triton or a C++ compiler is there): on a GPU the kernels compile
+    (Triton's, called directly or through triton_op) and the check compares; under Triton's interpreter on the CPU
+    nothing can be traced, and a note says to run it on a GPU."""
     op, args, kwargs, reference = TRITON_OPS[case]
-    report = check_backward(op, *args, reference=reference, compile=BACKEND, grow=False, **kwargs)
-    assert report.clean, where(case, BACKEND, report)
+    report = check_backward(op, *args, reference=reference, compile=True, grow=False, **kwargs)
+    assert report.clean, where(case, True, report)
     if TRITON_INTERPRETED:
-        assert report.noted(NEEDS_A_GPU), where(case, BACKEND, report)
+        assert report.noted(NEEDS_A_GPU), where(case, True, report)
     else:
-        assert UNDER_COMPILE in report.passed and not report.noted(NEEDS_A_GPU), where(case, BACKEND, report)
+        assert UNDER_COMPILE in report.passed and not report.noted(NEEDS_A_GPU), where(case, True, report)
 
 
 @pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
@@ -81,8 +85,9 @@ def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
     from eager's by far more than bfloat16's tolerance, and by less than eight times eager's own rounding (measured on
     float64 copies): no finding (the eager checks may have their own opinion of so imprecise an op)."""
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).to(compiled.DEVICE, torch.bfloat16)
-    report = check_backward(CancelsInBfloat16, x, compile="inductor", grow=False)
-    assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
+    for op in (CancelsInBfloat16, CancelsRefusingFloat64):  # float64 copies, or float32 ones where it refuses those
+        report = check_backward(op, x, compile="inductor", grow=False)
+        assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
 
 
 @pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
@@ -160,6 +165,21 @@ def test_opcheck_runs_only_with_the_compile_check():
     op, args, kwargs, reference = CUSTOM_OPS_LEGAL["a custom op with register_fake and register_autograd"]
     report = check_backward(op, *args, reference=reference, grow=False, **kwargs)
     assert "torch.library.opcheck" not in report.passed and UNDER_COMPILE not in report.passed, str(report)
+
+
+@pytest.mark.parametrize("op, calls", [(scaled_tanh, lambda x: scaled_tanh(x, 0.5)),
+                                       (SameTensorTwice, lambda x: SameTensorTwice.apply(x, x * 2.0)),
+                                       (torch.tanh, torch.tanh)])
+def test_the_op_is_found_in_what_dynamo_compiled(op, calls):
+    """How the check tells the op compiled from the op run eagerly after a graph break at its call."""
+    compiler = compiled.Compiler(op, "aot_eager")
+    with compiled.compiling():
+        compiler.compile(calls)(torch.randn(3, requires_grad=True))
+        assert compiler.op_compiled(compiler.graphs) and not compiler.op_compiled([])
+    elsewhere = compiled.Compiler(op, "aot_eager")
+    with compiled.compiling():
+        elsewhere.compile(lambda x: torch.sin(x) * 2.0)(torch.randn(3, requires_grad=True))
+        assert elsewhere.op_compiled(elsewhere.graphs) == (op is torch.tanh)  # any op at all, for a plain callable
 
 
 def test_a_custom_op_is_found_however_it_is_named():

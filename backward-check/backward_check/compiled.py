@@ -9,10 +9,11 @@ The compiled answers are judged against the op's eager answers on the same value
 a bug the op has eagerly is the other checks' to name, not this one's a second time, and where the op reads a
 grad_output's layout wrongly eagerly (AOTAutograd hands the compiled backward a contiguous copy), the compiled
 gradient may match either eager answer, the layout's or the contiguous one's. How far apart the compiled and the
-eager answer may be is measured, not guessed: the op's own tolerance between two of its answers (its dtype's,
-widened to its run-to-run noise), or ROUNDING_TIMES the eager op's own rounding (its answer against the same op
-on float64 copies of the values, where it takes them), whichever is wider. Compiled code may compute in another
-order or precision (Inductor keeps bfloat16 in float32 between ops), not be farther from exact than eager is.
+eager answer may be is measured, not guessed: ROUNDING_TIMES the eager op's own rounding, element by element (its
+answer against the same op's on float64 copies of the values, or on float32 ones where it refuses float64 and
+computes in a narrower dtype), and beyond that the op's own tolerance between two of its answers (its dtype's,
+widened to its run-to-run noise). Compiled code may compute in another order or precision (Inductor keeps bfloat16
+in float32 between ops), not be farther from exact than eager.
 
 A Dynamo refusal under fullgraph=True is a note that says where, and the op is then compiled with graph breaks;
 where the op itself ran eagerly (a graph break at its call), there is nothing compiled to compare, and the note
@@ -29,7 +30,7 @@ import warnings
 
 import torch
 
-from .backend import DEVICE
+from .backend import DEVICE, SPELLINGS_OF_ON
 from .calling import UsageError, announce, carries_gradient, clip, flatten, is_function, seeded, Run
 from .context import copies, reraise_fault
 from .report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
@@ -46,7 +47,7 @@ PACKAGE = os.path.dirname(os.path.abspath(__file__))
 def cpp_compiler():
     """The C++ compiler Inductor would call to compile code for the CPU ($CXX, else c++, g++ or clang++), or None."""
     wanted = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
-    return next((shutil.which(name) for name in wanted if shutil.which(name)), None)
+    return next(filter(None, map(shutil.which, wanted)), None)
 
 
 def inductor_can_run_on(device):
@@ -91,7 +92,7 @@ def backend_from_environment():
     value = os.environ.get(ENVIRONMENT, "").strip()
     if value.lower() in ("", "0", "false", "no", "off"):
         return False
-    return True if value.lower() in ("1", "true", "yes", "on", "default") else value
+    return True if value.lower() in SPELLINGS_OF_ON + ("default",) else value
 
 
 def backend_name(backend):
@@ -245,14 +246,12 @@ class Compiler:
     def op_compiled(self, graphs):
         """Whether the op's call is in one of graphs: an autograd.Function as Dynamo's autograd_function_apply, a
         custom op as its operator, any other callable as any op at all."""
-        targets = [str(getattr(node.target, "__name__", node.target)) for graph in graphs
-                   for node in graph.graph.nodes if node.op == "call_function"]
+        targets = [node.target for graph in graphs for node in graph.graph.nodes if node.op == "call_function"]
         if is_function(self.fn):
-            return any("autograd_function_apply" in target for target in targets)
+            return any(getattr(target, "__name__", "") == "autograd_function_apply" for target in targets)
         overload = custom_op_of(self.fn)
         if overload is not None:
-            name = overload.name().replace("::", ".").split(".")
-            return any(all(part in target for part in name) for target in targets)
+            return any(target in (overload, overload.overloadpacket) for target in targets)
         return bool(targets)
 
     def in_place_in_forward(self):
@@ -278,6 +277,7 @@ def in_place(node):
 
 
 def call_op(op):
+    """The op as a function of its values, every argument in its place (what torch.compile compiles)."""
     def call(*values):
         return op.call(values)
     return call
@@ -300,9 +300,9 @@ def fan_in_loss(op, positions, count):
 
 @dataclasses.dataclass
 class Case:
-    """One way the check calls the op: what it is called in the report, the function of the values it runs (eager;
-    compiled alike), the grad_outputs for the op's graded outputs (None where the function returns a loss), extra
-    arguments after the values, and aliasing (i, j): input j passed the very tensor of input i."""
+    """One way the check calls the op: what the report calls it, the grad_outputs for the op's graded outputs (None:
+    the op's outputs are used twice inside the function, fan_in_loss, whose weights are extra, the arguments after
+    the values), and aliasing (i, j): input j passed the very tensor of input i."""
     label: str
     grad_outputs: list = None
     extra: tuple = ()
@@ -434,16 +434,27 @@ class Judge:
             reraise_fault(what, error)
             raise CompileFailed(what, error) from error
 
+    def function(self, case):
+        """What case calls: the op, or the loss that uses its outputs twice."""
+        op = self.context.op
+        return fan_in_loss(op, self.context.graded_positions, len(op.slots)) if case.grad_outputs is None \
+            else call_op(op)
+
     def eager(self, case, what, dtype=None, grad_outputs=None):
         """The eager answer, or None where the op refuses it (float64 copies, one tensor passed twice)."""
-        op = self.context.op
-        fn = fan_in_loss(op, self.context.graded_positions, len(op.slots)) if case.grad_outputs is None \
-            else call_op(op)
         try:
-            return self.calls.gradients(fn, case, what, dtype=dtype, grad_outputs=grad_outputs)
+            return self.calls.gradients(self.function(case), case, what, dtype=dtype, grad_outputs=grad_outputs)
         except Exception as error:  # noqa: BLE001  (an op may refuse made-up calls loudly)
             reraise_fault(what, error)
             return None
+
+    def wider(self, case):
+        """The eager answer on float64 copies of the values, or, where the op refuses float64 (a kernel without a
+        float64 path) and computes in a dtype narrower than float32, on float32 copies; None where it refuses both."""
+        wider = self.eager(case, f"eagerly on float64 copies, {case.label}", dtype=torch.float64)
+        if wider is None and self.context.computed.itemsize < 4:
+            wider = self.eager(case, f"eagerly on float32 copies, {case.label}", dtype=torch.float32)
+        return wider
 
     def outcomes(self):
         """Each case compiled with fullgraph=True, or, where Dynamo refuses that, with graph breaks (a note that says
@@ -475,8 +486,7 @@ class Judge:
     def run_compiled(self, case):
         """(the compiled answer, None where the op ran eagerly; a note where fullgraph=True was refused)."""
         kind = "fan-in" if case.grad_outputs is None else "the op"
-        op = self.context.op
-        fn = fan_in_loss(op, self.context.graded_positions, len(op.slots)) if kind == "fan-in" else call_op(op)
+        fn = self.function(case)
         if kind not in self.whole:
             self.whole[kind] = self.compiler.compile(fn, fullgraph=True)
         try:
@@ -506,8 +516,7 @@ class Judge:
             contiguous = self.eager(case, f"eagerly, {case.label} made contiguous",
                                     grad_outputs=[g.contiguous() for g in case.grad_outputs])
             wanted += [contiguous] if contiguous is not None else []
-        eager64 = self.eager(case, f"eagerly on float64 copies, {case.label}", dtype=torch.float64) or \
-            ([None] * len(want[0]), [None] * len(want[1]))
+        eager64 = self.wider(case) or ([None] * len(want[0]), [None] * len(want[1]))
         for k, (c, e) in enumerate(zip(got[0], want[0])):
             off, own = off_eager(c, e, eager64[0][k] if k < len(eager64[0]) else None)
             if off > context.output_tolerance():
