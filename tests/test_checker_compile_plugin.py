@@ -1,8 +1,8 @@
 """pytest --backward-check --backward-check-compile[=BACKEND]: the plugin's compile check, in a small generated suite
-run in a subprocess (its worker process imports the ops' module, which registers a Dynamo backend that scales the
-first gradient of every backward graph, by name, so the worker knows it too). A correct op is clean under aot_eager
-and named wrong under the scaling backend; an unknown backend is a usage error before any test runs; without the
-option no op is compiled.
+run in a subprocess. Its worker process imports the ops' module, which registers tests/compile_backends.py's backend
+(it scales the first gradient of every backward graph) by name, so the worker knows it too. A correct op is clean
+under aot_eager and named wrong under the scaling backend; an unknown backend is a usage error before any test runs;
+without the option no op is compiled.
 """
 import os
 import subprocess
@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
+TESTS = Path(__file__).resolve().parent  # compile_backends.py
 
 OPS = '''
+import compile_backends
 import torch
-from torch._dynamo.backends.common import aot_autograd
 
 
-class Good(torch.autograd.Function):
+class Good(torch.autograd.Function):  # w a row: two shapes, so torch 2.11's pytorch/pytorch#183604 cannot show
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
@@ -27,22 +28,10 @@ class Good(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         x, w = ctx.saved_tensors
-        return grad_output * w * (1 - torch.tanh(x) ** 2), grad_output * torch.tanh(x)
+        return grad_output * w * (1 - torch.tanh(x) ** 2), (grad_output * torch.tanh(x)).sum(dim=0)
 
 
-def scale_first_gradient(graph, example_inputs):
-    output = next(node for node in graph.graph.nodes if node.op == "output")
-    gradients = list(output.args[0])
-    first = next(k for k, g in enumerate(gradients) if isinstance(g, torch.fx.Node))
-    with graph.graph.inserting_before(output):
-        gradients[first] = graph.graph.call_function(torch.ops.aten.mul.Tensor, (gradients[first], 1.5))
-    output.args = (tuple(gradients),)
-    graph.recompile()
-    return graph
-
-
-torch._dynamo.register_backend(aot_autograd(fw_compiler=lambda graph, inputs: graph, bw_compiler=scale_first_gradient),
-                               name="scales_first_gradient")
+torch._dynamo.register_backend(compile_backends.scaling_backend(), name=compile_backends.NAME)
 '''
 
 SUITE = '''
@@ -52,7 +41,7 @@ import ops
 
 def test_good():
     x = torch.randn(6, 33, requires_grad=True)
-    w = torch.randn(6, 33, requires_grad=True)
+    w = torch.randn(33, requires_grad=True)
     (ops.Good.apply(x, w) * torch.randn(6, 33)).sum().backward()
 '''
 
@@ -61,7 +50,7 @@ def run_suite(folder, *options):
     (folder / "ops.py").write_text(OPS)
     (folder / "conftest.py").write_text("import ops  # noqa: F401  (registers the scaling backend by name)\n")
     (folder / "test_suite.py").write_text(SUITE)
-    env = {**os.environ, "PYTHONPATH": f"{PACKAGE}{os.pathsep}{folder}"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (PACKAGE, TESTS, folder)))}
     env.pop("BACKWARD_CHECK_COMPILE", None)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_backward_check", "-p", "no:cacheprovider",
                            "-q", "--backward-check", *options, "test_suite.py"], cwd=folder, env=env,
@@ -73,7 +62,7 @@ def table(output):
     return output.split("= backward-check =", 1)[1] if "= backward-check =" in output else ""
 
 
-@pytest.mark.parametrize("backend, verdict", [("aot_eager", "clean"), ("scales_first_gradient",
+@pytest.mark.parametrize("backend, verdict", [("aot_eager", "clean"), ("scales_the_first_gradient",
                                                                         "TRAP wrong under torch.compile")])
 def test_the_compile_check_runs_under_the_plugin(tmp_path, backend, verdict):
     output, returncode = run_suite(tmp_path, f"--backward-check-compile={backend}")

@@ -110,7 +110,7 @@ class Op:
             raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
         self.fn = fn
         self.function = is_function(fn)
-        self.name = getattr(fn, "__name__", type(fn).__name__)
+        self.name = getattr(fn, "__name__", getattr(fn, "_qualname", type(fn).__name__))  # a custom op: ns::name
         signature = _signature_of(fn)
         args = tuple(_to_device(a, device) for a in args)
         kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}

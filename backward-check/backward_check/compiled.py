@@ -22,6 +22,7 @@ another's compiled code or its recompilation limit.
 """
 import contextlib
 import dataclasses
+import logging
 import operator
 import os
 import shutil
@@ -613,9 +614,22 @@ def opcheck(context, check):
     return outcomes or [Passed(check)]
 
 
+# torch's loggers that print a traceback of what the outcomes already say (a fake tensor that cannot run the op)
+QUIET_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
 @contextlib.contextmanager
 def warnings_quiet():
-    """opcheck's and Dynamo's warnings (a graph break, a fallback) left out: the outcomes say what matters."""
+    """opcheck's and Dynamo's warnings (a graph break, a fallback) and logged tracebacks left out: the outcomes say
+    what matters."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        yield
+        try:
+            for logger in loggers:
+                logger.setLevel(logging.CRITICAL)
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
