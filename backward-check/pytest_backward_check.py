@@ -68,6 +68,11 @@ def pytest_addoption(parser):
                                             "given again; turns --backward-check on")
     group.addoption("--backward-check-timeout", dest="backward_check_timeout", type=float, default=600.0,
                     metavar="SECONDS", help="seconds one op's check may take before it counts as hung (default: 600)")
+    group.addoption("--backward-check-compile", dest="backward_check_compile", nargs="?", const="default",
+                    default=None, metavar="BACKEND",
+                    help="with --backward-check, also check each op under torch.compile against itself eagerly (and "
+                         "custom ops through opcheck): inductor where a compiler exists, else aot_eager, or the "
+                         "backend named; seconds to a minute an op")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -161,6 +166,14 @@ def pytest_configure(config):
     options = options_of(config)
     if options is None:
         return
+    if config.option.backward_check_compile:  # the worker reads it from its environment, inherited at its start
+        from backward_check import DEVICE, UsageError
+        from backward_check.compiled import ENVIRONMENT, backend_for, backend_from_environment
+        os.environ[ENVIRONMENT] = config.option.backward_check_compile
+        try:
+            backend_for(backend_from_environment(), DEVICE)
+        except UsageError as error:
+            raise pytest.UsageError(f"--backward-check-compile: {error}") from None
     accepted, named = read_accepted(options)
     from backward_check.xdist import is_controller
     session_class = XdistController if is_controller(config) else BackwardCheckSession

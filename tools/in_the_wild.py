@@ -24,6 +24,7 @@ the library's module that does not use the checker. The libraries are tools/wild
     python tools/in_the_wild.py --download          # fetch the releases into .wild-wheels/ (network)
     python tools/in_the_wild.py [--case NAME] [--library NAME] [--wheels DIR]   # with a CUDA GPU
     python tools/in_the_wild.py --sweep --jobs 8 --pin-autotune
+    python tools/in_the_wild.py --sweep-only --compile    # also check each Function under torch.compile
     python tools/in_the_wild.py --list              # the cases, no GPU needed
 
 Exit status: 0 every release as expected (and every sweep ran); 1 a release not as expected, or a
@@ -53,6 +54,7 @@ PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platfo
 LIBRARIES = ("liger", "fla", "unsloth", "flash_attn", "mamba", "cce")  # tools/wild/<name>.py, in the page's order
 RESULT_MARK = "@@RESULT "
 PIN_VARIABLE = "IN_THE_WILD_PIN_AUTOTUNE"
+COMPILE_VARIABLE = "BACKWARD_CHECK_COMPILE"  # backward_check.compiled.ENVIRONMENT: --compile, for the children
 
 
 def library(name):
@@ -86,9 +88,11 @@ def load_checker():
 
 def run_checker(check_backward, fn, args, kwargs, reference, name):
     """The checker's verdict on the real Function called with its real args and kwargs."""
+    from backward_check.compiled import backend_from_environment
     started = time.perf_counter()
     try:
-        report = check_backward(fn, *args, reference=reference, name=name, **kwargs)
+        report = check_backward(fn, *args, reference=reference, name=name, compile=backend_from_environment(),
+                                **kwargs)
     except Exception as error:  # the checker itself failed: say so, never a verdict
         return dict(traps=["checker error"], text=f"checker error: {type(error).__name__}: {error}", how="",
                     seconds=time.perf_counter() - started)
@@ -559,6 +563,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=600, help="seconds one release may take (default 600)")
     parser.add_argument("--pin-autotune", action="store_true",
                         help="run each autotuned kernel's first config that fits the GPU, so every shape compiles once")
+    parser.add_argument("--compile", nargs="?", const="default", metavar="BACKEND",
+                        help="also check each Function under torch.compile against itself eagerly (inductor, or the "
+                             "backend named)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--site", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -588,7 +595,11 @@ def main(argv=None):
         print(f"in_the_wild: no wheel in {args.wheels} for {', '.join(missing)} (run with --download where "
               "there is a network)", file=sys.stderr)
         return 2
+    if args.compile:
+        os.environ[COMPILE_VARIABLE] = args.compile  # every child's checker reads it
     print("\n".join(header(args.pin_autotune)))
+    if args.compile:
+        print(f"compile check: {'the default backend' if args.compile == 'default' else args.compile}")
     if args.interpret and not torch.cuda.is_available():
         print("INTERPRETED: Triton's interpreter on the CPU; these verdicts are not evidence")
     started = time.perf_counter()

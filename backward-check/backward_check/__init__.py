@@ -1,6 +1,6 @@
 """The backward checker, by concern: how the op is called (calling), what the checker varies
 (strategies), the right gradient and its tolerance (truth), what every check reads (context), the
-checks by family (writes, state, values, strides, uses, returned, second_order), their order and
+checks by family (writes, state, values, strides, uses, returned, second_order, compiled), their order and
 skip rules (runner), and the report. ``check_backward`` is its front door, and
 ``backward_check.testing.assert_backward`` its pytest form; in the book's repository,
 ``practice/backward_checker.py`` adds the command line."""
@@ -8,7 +8,7 @@ import time
 import warnings
 
 from .backend import BACKEND, DEVICE  # noqa: E402  (first: picks the backend before triton is imported)
-from . import runner  # noqa: E402
+from . import compiled, runner  # noqa: E402
 from .calling import Op, Sample, UsageError  # noqa: E402
 from .report import ALL_TRAPS, TRAPS, Finding, Note, Passed, Report, Trap, Undecided  # noqa: E402
 
@@ -17,7 +17,7 @@ __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided",
 
 
 def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(),
-                   frozen_by_callers=(), **kwargs):
+                   frozen_by_callers=(), compile=False, **kwargs):
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
@@ -31,7 +31,11 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     arguments the op deliberately takes no gradient for (a rotary table, a fixed target, a running
     statistic); they pass through like integers, and the checker never changes them. frozen_by_callers:
     the names (or positions) of inputs the op's callers do pass frozen (requires_grad=False); freezing any
-    other is a call no caller makes, and the op's refusal of it a note, not a crash.
+    other is a call no caller makes, and the op's refusal of it a note, not a crash. compile: also check
+    the op under torch.compile against itself eagerly (and a torch.library custom op through opcheck):
+    True picks inductor where it can generate code for the op's device (a C++ compiler, or Triton on a
+    GPU), else aot_eager; or pass a backend's name or a backend callable. It costs a few compilations
+    (seconds each), so it is off by default; Dynamo's caches are emptied before and after it.
 
     Raises UsageError (a ValueError) when the call itself is wrong: no floating-point tensor,
     arguments the forward cannot take, a reference that does not match."""
@@ -41,12 +45,14 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
             raise UsageError("pass the op's arguments either in one Sample or after the op, not both")
         args, kwargs = args[0].args, args[0].kwargs
     op = Op(fn, args, kwargs, device=DEVICE, no_grad=no_grad, frozen_by_callers=frozen_by_callers)
+    backend = compiled.backend_for(compile, DEVICE)
     report = Report(name or op.name)
     with warnings.catch_warnings():
         # A kernel fed a layout it misreads computes on whatever memory it reads; the interpreter's NumPy
         # then warns of overflows and NaNs, which say nothing the report does not.
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
-        outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow)
+        outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
+                                              compile_backend=backend)
     for outcome in outcomes:
         report.add(outcome)
     report.seconds = time.perf_counter() - start

@@ -110,7 +110,7 @@ class Op:
             raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
         self.fn = fn
         self.function = is_function(fn)
-        self.name = getattr(fn, "__name__", type(fn).__name__)
+        self.name = getattr(fn, "__name__", getattr(fn, "_qualname", type(fn).__name__))  # a custom op: ns::name
         signature = _signature_of(fn)
         args = tuple(_to_device(a, device) for a in args)
         kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}
@@ -181,14 +181,18 @@ class Op:
 
     # -- calls ---------------------------------------------------------------------------
 
+    def arguments(self, values):
+        """(args, kwargs) of the op on these values, every argument in its place."""
+        args = [v for s, v in zip(self.slots, values) if not isinstance(s.key, str)]
+        kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
+        return args, kwargs
+
     def call(self, values, fn=None):
         """The op on these values: a Function through .apply, every argument in its place. Another fn
         (the reference) is called as the caller called the op: positional, keyword, defaults left out."""
         if fn is None:
-            fn = self.fn.apply if self.function else self.fn
-            args = [v for s, v in zip(self.slots, values) if not isinstance(s.key, str)]
-            kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
-            return fn(*args, **kwargs)
+            args, kwargs = self.arguments(values)
+            return (self.fn.apply if self.function else self.fn)(*args, **kwargs)
         args = [v for s, v in zip(self.slots, values) if s.given == "positional"]
         kwargs = {s.name: v for s, v in zip(self.slots, values) if s.given == "keyword"}
         return fn(*args, **kwargs)
@@ -302,13 +306,18 @@ class Run:
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 
 
-def seeded_call(op, passed, fn=None):
-    """op.call with torch's random generators seeded alike for every call (and restored after), so that
+def seeded(fn, *args):
+    """fn(*args) with torch's random generators seeded alike for every call (and restored after), so that
     an op that draws random numbers (a dropout) gives the same answer twice, as a stateless op must."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(17)
-        return op.call(passed, fn=fn)
+        return fn(*args)
+
+
+def seeded_call(op, passed, fn=None):
+    """op.call on passed, seeded (see seeded)."""
+    return seeded(lambda: op.call(passed, fn=fn))
 
 
 def forward(op, frozen=(), dtype=None, values=None, fn=None):

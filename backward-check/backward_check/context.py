@@ -96,8 +96,9 @@ def computed_precision(tensors, inputs=()):
 class Context:
     """One set of argument values ("given", or "grown" past several blocks) of one op."""
 
-    def __init__(self, op, values, label, reference, given=None, earlier=()):
+    def __init__(self, op, values, label, reference, given=None, earlier=(), options=None):
         self.op, self.values, self.label, self.reference = op, values, label, reference
+        self.options = dict(options or {})  # check_backward's options (second_order, compile)
         self.given = given             # the given inputs' context, where these are grown
         self.earlier = tuple(earlier)  # what the checks found on the given inputs, where these are grown
         self.base = 0 if label == "given" else 1

@@ -50,11 +50,15 @@ WRONG_FORWARD = Trap("a wrong forward", "Chapter 12: check the forward against a
 SECOND_ORDER = Trap("a silently wrong second derivative", "Chapter 16: a kernel's output carries no graph",
                     "refuse create_graph=True loudly (raise in backward when torch.is_grad_enabled(), as hardened_ops.py does), or build backward from differentiable ops")
 WRONG_FORMULA = Trap("a wrong formula", "Chapter 16", "derive the local derivative again, and test it against the reference")
+WRONG_UNDER_COMPILE = Trap("wrong under torch.compile",
+                           "beyond the chapter: torch.compile traces the Function, then AOTAutograd and the backend "
+                           "rewrite it", "eager is right, so the compiler is wrong: find its PyTorch issue and the "
+                           "torch that fixes it, or keep the op out of the graph (torch.compiler.disable) until then")
 CRASHES = Trap("crashes", "", "run the failing call yourself: the message says where")
 
 ALL_TRAPS = (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, SINGLE_USE, KEEPS_STATE, MUTATES_GRAD_OUTPUT,
              CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT, CONTIGUOUS_INPUT, WRITES, COVERS_PART, RETURNS_WRONG,
-             EVERY_OUTPUT_USED, WRONG_FORWARD, SECOND_ORDER, WRONG_FORMULA, CRASHES)
+             EVERY_OUTPUT_USED, WRONG_FORWARD, SECOND_ORDER, WRONG_FORMULA, WRONG_UNDER_COMPILE, CRASHES)
 TRAPS = {t.name: t.section for t in ALL_TRAPS}  # name: section, for readers and tools
 
 # The kinds of note a caller may act on (an exercise that must honour ctx.needs_input_grad, say).
@@ -67,6 +71,9 @@ FORWARD_PRECISION = "the forward's precision"
 SUMMED_TO_SIZE = "a gradient autograd sums to its input's shape"
 CONTRACT = "the values' contract kept"
 REFUSED_FROZEN = "refuses an input frozen, which no caller does"
+GRAPH_BREAK = "a graph break under torch.compile"
+COMPILE_REFUSED = "torch.compile fails on the op"
+NEEDS_A_GPU = "needs a GPU"
 OTHER = "other"
 
 

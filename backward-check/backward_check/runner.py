@@ -17,15 +17,15 @@ import os
 
 import torch
 
-from . import returned, second_order, state, strides, uses, values, writes
+from . import compiled, returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
                      CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
-                     SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD, Finding,
-                     Note, Undecided)
+                     SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
+                     WRONG_UNDER_COMPILE, Finding, Note, Undecided)
 from .strategies import describe_shapes, grow, growth_plans
 
 GIVEN, GROWN = "given", "grown"
@@ -97,13 +97,23 @@ CHECKS = (
           needs=("function",), sets=(GIVEN,)),
     Check("create_graph=True", second_order.second_order, (SECOND_ORDER,),
           "a gradient penalty through the backward: refused loudly, or right", needs=("second order",), sets=(GIVEN,)),
+    Check("torch.library.opcheck", compiled.opcheck, (WRONG_UNDER_COMPILE,),
+          "a torch.library custom op through opcheck's checks (its schema, its autograd registration, its fake "
+          "implementation, AOTAutograd's trace), each failure in the checker's words",
+          needs=("compile", "custom op"), sets=(GIVEN,)),
+    Check("under torch.compile", compiled.under_compile, (WRONG_UNDER_COMPILE,),
+          "the op compiled (fullgraph=True where it can be) against itself eagerly: its forward, and its gradients "
+          "under a random grad_output, each layout autograd hands on, two consumers inside the compiled function, "
+          "and one tensor passed as two inputs", needs=("compile",), sets=(GIVEN,),
+          undecided_after=(SAME_CALL,)),
 )
 
 
 def applies(check, context, options):
     needs = {"reference": context.reference is not None, "function": is_function(context.op.fn),
              "two inputs": len(context.op.inputs) > 1, "two outputs": len(context.outputs) > 1,
-             "second order": options.get("second_order", False)}
+             "second order": options.get("second_order", False), "compile": options.get("compile") is not None,
+             "custom op": compiled.custom_op_of(context.op.fn) is not None}
     return context.label in check.sets and all(needs[n] for n in check.needs)
 
 
@@ -247,11 +257,12 @@ def grown_context(op, given, reference, earlier):
                                           f"thousand elements yourself to check every block and the tail", NOT_GROWN)
 
 
-def run(op, reference, second_order=False, grow_inputs=True):
-    """(every outcome, what was checked): the given inputs, then the same grown."""
-    options = {"second_order": second_order}
+def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None):
+    """(every outcome, what was checked): the given inputs, then the same grown. compile_backend: a backend for
+    torch.compile (compiled.backend_for), or None to leave the compile checks out."""
+    options = {"second_order": second_order, "compile": compile_backend}
     try:
-        given = Context(op, op.values, GIVEN, reference)
+        given = Context(op, op.values, GIVEN, reference, options=options)
     except OpFaulted as fault:
         return [Finding(FORWARD, CRASHES, f"the op faulted the GPU in its forward: {fault.message}; {LOST}",
                         error=type(fault.error).__name__)], describe_shapes(op.values)

@@ -41,13 +41,13 @@ def allowed_names(allow):
 
 
 def assert_backward(fn, *args, reference=None, allow=(), strict=False, second_order=False, name=None, grow=True,
-                    no_grad=(), **kwargs):
+                    no_grad=(), compile=False, **kwargs):
     """check_backward(fn, *args, **kwargs), raising AssertionError with the report for each trap not in allow."""
     __tracebackhide__ = True  # pytest shows the report, not this function's frames
     allow = allowed_names(allow)
     try:
         report = check_backward(fn, *args, reference=reference, second_order=second_order, name=name, grow=grow,
-                                no_grad=no_grad, **kwargs)
+                                no_grad=no_grad, compile=compile, **kwargs)
     except UsageError as error:
         raise UsageError(str(error)) from None  # the message says what is wrong; the checker's frames do not
     failing = [trap for trap in report.traps if trap not in allow]

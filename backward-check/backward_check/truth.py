@@ -82,16 +82,18 @@ def relative_error(got, right, typical=None, allowance=0.0):
     |d| / |right| (norms) and max |d| / max |right|. typical: a gradient of the same input under
     another grad_output, whose size right's counts as at least (where right is exactly 0 here, but not
     everywhere); allowance: a difference each element may have for nothing (what rounding leaves in a
-    gradient that is zero in exact arithmetic); no floor otherwise, so a bug in small gradients is not
-    hidden by an absolute tolerance."""
+    gradient that is zero in exact arithmetic), one for all or one per element; no floor otherwise, so a
+    bug in small gradients is not hidden by an absolute tolerance."""
     pair = comparable(got, right)
     if pair is None:
         return float("inf")
-    got, right, _ = pair
+    got, right, finite = pair
     if right.numel() == 0:  # nothing left to compare (every element at a kink, say)
         return 0.0
     d = got - right
-    if allowance:
+    if isinstance(allowance, torch.Tensor):
+        d = (d.abs() - allowance[finite]).clamp(min=0.0)
+    elif allowance:
         d = (d.abs() - allowance).clamp(min=0.0)
     size, largest = right.norm().item(), right.abs().max().item()
     if typical is not None and typical.numel():

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import faulthandler
 import importlib
-import inspect
 import io
 import multiprocessing
 import os
@@ -90,14 +89,6 @@ def seed_everything(seed):
         pass
 
 
-def _contract_keywords(frozen_by_callers):
-    """check_backward's keyword for the inputs the suite itself passed frozen, where this checker has it."""
-    from . import check_backward
-    if "frozen_by_callers" in inspect.signature(check_backward).parameters:
-        return {"frozen_by_callers": frozen_by_callers}
-    return {}
-
-
 def generator_states():
     """What a draw from torch's (CPU, and CUDA where it is started), Python's or NumPy's generator changes."""
     states = [torch.get_rng_state(), *(torch.cuda.get_rng_state_all() if cuda_initialised() else ())]
@@ -115,11 +106,12 @@ def check_once(op, job, args, kwargs, seed):
     """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
     checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
     from . import Sample, UsageError, check_backward
+    from .compiled import backend_from_environment
     seed_everything(seed)
     seeded = generator_states()
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
-                                **_contract_keywords(job.frozen_by_callers))
+                                frozen_by_callers=job.frozen_by_callers, compile=backend_from_environment())
     except UsageError as error:
         return Verdict(NOT_CHECKED, f"not checked: {clip(error, 200)}", str(error)), False
     except Exception as error:  # noqa: BLE001  (the checker's own failure, which the table reports)
