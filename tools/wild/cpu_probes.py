@@ -219,6 +219,56 @@ def probe_linear_operator_pivoted_cholesky():
                   f"eigenvalue {lowest:.2g})")
 
 
+# ---------------------------------------------------------------------------
+# pytorch_wavelets 1.3.0 (fbcotter/pytorch_wavelets at 9a0c507, the tree 1.3.0's wheel was built from)
+# ---------------------------------------------------------------------------
+
+WAVELETS = "https://github.com/fbcotter/pytorch_wavelets/blob/9a0c507/pytorch_wavelets/dwt/lowlevel.py"
+WAVELETS_ISSUE = "https://github.com/fbcotter/pytorch_wavelets/issues/65"
+
+
+def highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad):
+    """The highpass coefficients' gradient through the inverse transform, zeros where autograd got none."""
+    low = lowpass.clone().requires_grad_(lowpass_wants_grad)
+    high = highpass.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(inverse((low, [high])), high, grad_output, allow_unused=True)
+    return torch.zeros_like(high) if gradient is None else gradient
+
+
+def synthesis_gate(inverse, lowpass, highpass, seed, line):
+    """SFB2D / SFB1D: with the lowpass frozen, is the highpass still given its gradient? (kind, evidence)"""
+    grad_output = seeded(*inverse((lowpass, [highpass])).shape, seed=seed)
+    frozen = highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad=False)
+    wanted = highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad=True)
+    direction = seeded(*highpass.shape, seed=seed + 1)
+    weighed = lambda h: (inverse((lowpass, [h])) * grad_output).sum()  # noqa: E731
+    truth = central_difference(weighed, highpass, direction, step=1e-3)  # the synthesis is linear in the highpass
+    along_frozen, along_wanted = float((frozen * direction).sum()), float((wanted * direction).sum())
+    if abs(along_frozen - truth) < 1e-3 * abs(truth):
+        return FALSE_ALARM, "the highpass's gradient with the lowpass frozen matches finite differences"
+    return REAL, (f"with the lowpass frozen, the highpass coefficients get no gradient (autograd takes zeros: "
+                  f"{float(frozen.abs().max()):.2g} at most), though the output depends on them: along a random "
+                  f"direction the derivative is {truth:.4g} by finite differences, {along_wanted:.4g} from the backward "
+                  f"when the lowpass wants a gradient too, {along_frozen:.4g} when it does not; the backward computes "
+                  f"both gradients only if ctx.needs_input_grad[0] ({WAVELETS}#L{line}); SFB1D's is reported as "
+                  f"{WAVELETS_ISSUE}, open")
+
+
+def probe_pytorch_wavelets_sfb2d():
+    """SFB2D (DWTInverse), 'returns the wrong gradients': the highpass's gradient is dropped when the lowpass is
+    frozen, as in the suite's own test_commutativity, which inverts coefficients whose lowpass came from zeros."""
+    from pytorch_wavelets import DWTInverse
+    inverse = DWTInverse(wave="db2", mode="zero").double()
+    return synthesis_gate(inverse, seeded(1, 2, 9, 9, seed=50), seeded(1, 2, 3, 9, 9, seed=51), 52, 685)
+
+
+def probe_pytorch_wavelets_sfb1d():
+    """SFB1D (DWT1DInverse), 'returns the wrong gradients': the same gate, in one dimension."""
+    from pytorch_wavelets import DWT1DInverse
+    inverse = DWT1DInverse(wave="db2", mode="zero").double()
+    return synthesis_gate(inverse, seeded(2, 3, 17, seed=60), seeded(2, 3, 17, seed=61), 62, 734)
+
+
 PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.startswith("probe_")}
 
 

@@ -152,6 +152,11 @@ FINDINGS = (
     Decided("linear_operator", "linear_operator.functions._pivoted_cholesky.PivotedCholesky", "a wrong formula",
             FALSE_ALARM, "linear_operator_pivoted_cholesky", SYMMETRIC + ", and its grown input is neither symmetric "
             "nor positive definite"),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB2D", "returns the wrong gradients", REAL,
+            "pytorch_wavelets_sfb2d", "the backward gives the highpass coefficients no gradient when the lowpass is "
+            "frozen: both gradients hang on ctx.needs_input_grad[0]"),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB1D", "returns the wrong gradients", REAL,
+            "pytorch_wavelets_sfb1d", "the same in one dimension (reported upstream as issue 65)"),
 )
 assert all(d.probe in PROBES for d in FINDINGS), "every finding's probe is a function of cpu_probes.py"
 
