@@ -56,7 +56,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "backward-check"
-PROBES = Path(__file__).resolve().parent / "cpu_probes.py"
+PROBE_SCRIPT = Path(__file__).resolve().parent / "cpu_probes.py"
 DEFAULT_DIR = REPO / ".wild-cpu-suites"
 DEFAULT_LOG = REPO / "benchmarks" / "results" / "cpu_suites.log"
 sys.path.insert(0, str(REPO / "tools"))
@@ -96,11 +96,6 @@ class Decided:
 SCIPY = "scipy==1.17.1"
 
 SUITES = (
-    CpuSuite("entmax", "entmax", "1.3", "deep-spin/entmax", "v1.3",
-             ("entmax/test_losses.py", "entmax/test_mask.py", "entmax/test_root_finding.py", "entmax/test_topk.py"),
-             why="The whole suite: sparsemax, 1.5-entmax, the bisection entmax/normmax/budget mappings and their "
-                 "losses are autograd.Functions, and the tests call each with X (and alpha) requiring grad "
-                 "(gradcheck in float64)."),
     CpuSuite("torchdiffeq", "torchdiffeq", "0.2.5", "rtqichen/torchdiffeq", "a88aac5",
              ("tests/gradient_tests.py",),
              why="The file of its gradient tests, which reaches every Function it has: odeint_adjoint's "
@@ -126,6 +121,11 @@ SUITES = (
                  "for byte the tree of commit 9a0c507.",
              needs=("six==1.17.0", "PyWavelets==1.9.0",
                     "setuptools==75.8.0")),   # pytorch_wavelets imports pkg_resources, gone from setuptools 81 on
+    CpuSuite("entmax", "entmax", "1.3", "deep-spin/entmax", "v1.3",
+             ("entmax/test_losses.py", "entmax/test_mask.py", "entmax/test_root_finding.py", "entmax/test_topk.py"),
+             why="The whole suite: sparsemax, 1.5-entmax, the bisection entmax/normmax/budget mappings and their "
+                 "losses are autograd.Functions, and the tests call each with X (and alpha) requiring grad "
+                 "(gradcheck in float64)."),
 )
 SUITE_BY_NAME = {s.name: s for s in SUITES}
 
@@ -270,7 +270,7 @@ def findings_of(suite, output, traps):
 def run_probe(root, suite, probe, timeout):
     """The probe's answer: {kind, evidence}, or {kind: None, evidence: why it gave none}."""
     release = release_dir(root, suite).resolve()
-    ran = run_command(f"probe {probe}", [sys.executable, str(PROBES), probe], release / "tests",
+    ran = run_command(f"probe {probe}", [sys.executable, str(PROBE_SCRIPT), probe], release / "tests",
                       [release / "site"], timeout)
     answer = next((line[len(PROBE_MARK):] for line in ran.output.splitlines() if line.startswith(PROBE_MARK)), None)
     if answer is None:
