@@ -1,0 +1,69 @@
+"""tools/wild/cpu_suites.py and its probes, without the libraries.
+
+The tool runs four CPU libraries' own tests under the plugin and decides every trap named by a
+probe. Here, with none of the libraries installed: its table of findings must name real traps and
+real probes, it must read the plugin's closing table (every op, even one with no trap), it must
+see a test that fails only under the plugin, and it must refuse to run what was not downloaded.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "wild" / "cpu_suites.py"
+sys.path.insert(0, str(REPO / "tools" / "wild"))
+sys.path.insert(0, str(REPO / "backward-check"))
+import cpu_suites  # noqa: E402
+from backward_check.report import TRAPS  # noqa: E402
+
+# The closing table of a plugin run, as pytest_backward_check.py writes it: an op with two rows (one a trap),
+# an op whose row is clean, a note under a row, and the line that ends the table.
+PLUGIN_OUTPUT = """\
+..F.                                                                   [100%]
+================================ backward-check ================================
+op, and the arguments it was called with        first called by      seconds  verdict
+mylib.ops.Solve
+  float32 2-d, float32 2-d                      test_a.py::test_one      4.0  TRAP a wrong formula
+    (checked in the suite's process: its arguments cannot be sent to a worker process)
+  float32 1-d, float32 2-d                      test_a.py::test_two      2.1  clean
+mylib.ops.Matmul
+  float32 2-d, float32 2-d                      test_a.py::test_three    0.9  clean
+3 calls of 2 ops checked in 7.0 s; 1 with a finding not accepted
+=========================== short test summary info ============================
+FAILED test_a.py::test_four - TypeError: sequence item 3: expected str instance, tuple found
+1 failed, 3 passed in 9.00s
+"""
+
+
+def test_every_finding_names_a_trap_a_probe_and_a_kind():
+    for decided in cpu_suites.FINDINGS:
+        assert decided.trap in TRAPS, decided
+        assert decided.probe in cpu_suites.PROBES, decided
+        assert decided.kind in (cpu_suites.REAL, cpu_suites.BY_DESIGN, cpu_suites.FALSE_ALARM), decided
+        assert decided.suite in cpu_suites.SUITE_BY_NAME, decided
+
+
+def test_the_plugins_table_is_read_op_by_op():
+    assert cpu_suites.table_ops(PLUGIN_OUTPUT) == ["mylib.ops.Solve", "mylib.ops.Matmul"]
+    found = cpu_suites.findings_of(None, PLUGIN_OUTPUT, TRAPS)
+    assert found["mylib.ops.Solve"][0] == ["a wrong formula"]
+    assert found["mylib.ops.Matmul"][0] == []
+    assert cpu_suites.table_ops("1 passed in 0.1s\n") == []
+
+
+def test_a_test_that_fails_only_under_the_plugin_is_seen():
+    assert cpu_suites.failed_tests(PLUGIN_OUTPUT) == {"test_a.py::test_four"}
+    assert cpu_suites.failed_tests("3 passed in 1.00s\n") == set()
+
+
+def test_a_suite_not_downloaded_is_refused(tmp_path):
+    done = subprocess.run([sys.executable, str(TOOL), "--run", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "lacks" in done.stderr and "--download" in done.stderr
+
+
+def test_download_without_a_clone_says_which_to_make(tmp_path):
+    done = subprocess.run([sys.executable, str(TOOL), "--download", str(tmp_path), "--suite", "entmax"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "git clone https://github.com/deep-spin/entmax" in done.stderr

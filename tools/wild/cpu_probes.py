@@ -1,0 +1,285 @@
+"""
+The probes of tools/wild/cpu_suites.py: each finding of the plugin, decided in plain torch
+=========================================================================================
+
+    python tools/wild/cpu_probes.py NAME      # with the suite's release on PYTHONPATH (cpu_suites.py sets it)
+
+Each probe calls the library's Function as the checker did, and again as the library's own callers do,
+and answers with one line, PROBE_MARK and JSON: {"kind": "real" | "by design" | "false alarm",
+"evidence": a sentence with its numbers}. "real": the backward is wrong for a grad_output, layout or
+input that its callers can make. "by design": the library wrote the behaviour on purpose, at the line
+linked, and its callers never meet the case where it is wrong. "false alarm": the backward is right
+for every input its callers give; the checker made an input or a call outside that contract.
+
+No probe imports the checker: each stands on plain torch, so that it says something the checker
+cannot have said to itself.
+"""
+import json
+import sys
+
+import torch
+
+PROBE_MARK = "@@PROBE "
+REAL, BY_DESIGN, FALSE_ALARM = "real", "by design", "false alarm"
+F64 = torch.float64
+
+
+def seeded(*shape, seed, dtype=F64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def largest_gap(a, b):
+    """max |a - b| over max |b|: how far a is from b, relative."""
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+def central_difference(f, x, direction, step=1e-6):
+    """The derivative of the scalar f at x along direction, by central differences (x: float64)."""
+    with torch.no_grad():
+        return float((f(x + step * direction) - f(x - step * direction)) / (2 * step))
+
+
+def raised(call):
+    """'TypeName: message' of what call() raised, or None."""
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001  (any refusal is the answer)
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:120]}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# torchdiffeq 0.2.5 (rtqichen/torchdiffeq at a88aac5, the tree 0.2.5's wheel was built from)
+# ---------------------------------------------------------------------------
+
+TORCHDIFFEQ = "https://github.com/rtqichen/torchdiffeq/blob/a88aac5/torchdiffeq/_impl"
+
+
+class Decay(torch.nn.Module):
+    """dy/dt = -a * y + b: two parameters that odeint_adjoint finds on the module."""
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([0.7, 1.3], dtype=F64))
+        self.b = torch.nn.Parameter(torch.tensor([0.2, -0.4], dtype=F64))
+
+    def forward(self, t, y):
+        return -self.a * y + self.b
+
+
+def probe_torchdiffeq_adjoint_frozen():
+    """OdeintAdjointMethod, 'crashes' with one of adjoint_params frozen: the public odeint_adjoint drops every
+    parameter that does not require grad before it calls the Function, so no caller makes that call."""
+    from torchdiffeq import odeint, odeint_adjoint
+    from torchdiffeq._impl.adjoint import OdeintAdjointMethod
+    func, y0, t = Decay(), seeded(2, seed=1).requires_grad_(), torch.linspace(0, 1, 5, dtype=F64)
+    grad_output = seeded(5, 2, seed=2)
+    options = dict(method="rk4", options=dict(step_size=0.05))
+    calls = []
+    apply = OdeintAdjointMethod.apply
+    OdeintAdjointMethod.apply = lambda *args: calls.append(args) or apply(*args)  # records the public call
+    try:
+        func.b.requires_grad_(False)
+        adjoint = torch.autograd.grad(odeint_adjoint(func, y0, t, **options), (y0, func.a), grad_output)
+    finally:
+        del OdeintAdjointMethod.apply  # Function's own again
+    direct = odeint(func, y0, t, **options)
+    plain = torch.autograd.grad(direct, (y0, func.a), grad_output)
+    gap = max(largest_gap(x, y) for x, y in zip(adjoint, plain))
+    passed = calls[0][14:]
+    # the checker's call: the same arguments, with b among adjoint_params though frozen
+    as_checked = calls[0][:14] + (func.a, func.b)
+    refusal = raised(lambda: torch.autograd.grad(apply(*as_checked), y0, grad_output))
+    if refusal is None or any(p is func.b for p in passed) or gap > 1e-5:
+        return REAL, (f"odeint_adjoint passed {len(passed)} parameter(s); with b frozen among them the backward "
+                      f"raised {refusal}; adjoint against odeint's gradient: {gap:.2g}")
+    return FALSE_ALARM, (f"called as the checker did (b frozen, still among adjoint_params) the backward raises "
+                         f"{refusal}; but odeint_adjoint filters out every parameter that does not require grad "
+                         f"({TORCHDIFFEQ}/adjoint.py#L191) and passed only a, and with b frozen its gradients match "
+                         f"odeint's (rk4, no adjoint) to {gap:.1g}: an input frozen that no caller freezes")
+
+
+def probe_torchdiffeq_unchecked_assign():
+    """_UncheckedAssign: writes the value into scratch in place, on purpose ('sneak past the version checker'), and
+    hands the overwritten slot's gradient back to scratch, which is wrong for a slot that held a value the output
+    no longer depends on, and harmless in its one caller, which writes each slot of a fresh torch.empty once."""
+    from torchdiffeq import odeint
+    from torchdiffeq._impl.rk_common import _UncheckedAssign
+    scratch = seeded(2, 3, seed=3).requires_grad_()
+    before = scratch.detach().clone()
+    value = seeded(2, seed=4).requires_grad_()
+    out = _UncheckedAssign.apply(scratch, value, (..., 1))
+    written = float((scratch.detach() - before).abs().max())
+    grad_output = seeded(2, 3, seed=5)
+    d_scratch, _ = torch.autograd.grad(out, (scratch, value), grad_output)
+    overwritten = float(d_scratch[..., 1].abs().max())  # the output does not depend on scratch[..., 1]: truly 0
+    # its caller: every slot of k = torch.empty(...) written once; the gradient through a whole solve
+    func, y0, t = Decay(), seeded(2, seed=6), torch.linspace(0, 1, 5, dtype=F64)
+    direction, weights = seeded(2, seed=7), seeded(5, 2, seed=8)
+    solve = lambda y: (odeint(func, y, t, method="rk4", options=dict(step_size=0.05)) * weights).sum()  # noqa: E731
+    y = y0.clone().requires_grad_()
+    (d_y0,) = torch.autograd.grad(solve(y), y)
+    along = float(d_y0 @ direction)
+    differenced = central_difference(solve, y0, direction)
+    gap = abs(along - differenced) / abs(differenced)
+    if written == 0 or gap > 1e-6:
+        return REAL, f"scratch changed by {written:.2g}; odeint's gradient against finite differences: {gap:.2g}"
+    return BY_DESIGN, (f"the forward writes the value into the caller's scratch (changed by {written:.2g}), on "
+                       f"purpose ({TORCHDIFFEQ}/rk_common.py#L33: 'sneak past the version checker'), and the "
+                       f"backward hands scratch the overwritten slot's gradient (up to {overwritten:.2g}, truly 0): "
+                       f"the checker is right about the op alone; its one caller writes each slot of a fresh "
+                       f"torch.empty buffer once ({TORCHDIFFEQ}/rk_common.py#L67-L79), so that gradient reaches "
+                       f"nothing, and odeint's gradient matches finite differences to {gap:.1g}")
+
+
+def probe_torchdiffeq_stitch_gradient():
+    """_StitchGradient: returns `out` (the next float after x1, computed without a graph) and hands its gradient
+    to x1 as if out were x1: a straight-through gradient, on purpose."""
+    from torchdiffeq._impl.misc import _nextafter
+    x1 = torch.tensor(0.25, dtype=F64, requires_grad=True)
+    out = _nextafter(x1, x1 + 1)
+    (d_x1,) = torch.autograd.grad(out, x1, torch.tensor(3.0, dtype=F64))
+    ulps = float((out.detach() - x1.detach()) / torch.finfo(F64).eps / 0.25)
+    if float(d_x1) != 3.0:
+        return REAL, f"x1's gradient is {float(d_x1)}, not grad_output 3"
+    return BY_DESIGN, (f"the forward returns out = nextafter(x1), {ulps:.0f} ulp past x1, computed without a graph, "
+                       f"and the backward hands out's gradient to x1 unchanged (3 for 3), as if out were x1; the "
+                       f"checker's difference of out along x1 is 0 (out is an input of its own), so it calls the "
+                       f"formula wrong: a straight-through gradient on purpose ({TORCHDIFFEQ}/misc.py#L348-L364)")
+
+
+# ---------------------------------------------------------------------------
+# linear_operator 0.6.1 (cornellius-gp/linear_operator at v0.6.1)
+# ---------------------------------------------------------------------------
+
+LINEAR_OPERATOR = "https://github.com/cornellius-gp/linear_operator/blob/v0.6.1/linear_operator"
+
+
+def positive_definite(n, seed):
+    """A symmetric positive-definite n x n matrix, as a kernel matrix is."""
+    root = seeded(n, n, seed=seed)
+    return root @ root.mT / n + torch.eye(n, dtype=F64)
+
+
+def symmetric_contract(fn, matrix, seed, design):
+    """The matrix's gradient from fn's backward, against central differences: along symmetric directions (the
+    input's contract: its callers pass symmetric positive-definite matrices) and along one that leaves it (a
+    general direction, as the checker steps). (kind, evidence)."""
+    grad_output_shape = fn(matrix).shape
+    grad_output = seeded(*grad_output_shape, seed=seed)
+    weighed = lambda a: (fn(a) * grad_output).sum()  # noqa: E731
+    leaf = matrix.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(fn(leaf), leaf, grad_output)
+    gaps = []
+    for k in range(6):
+        general = seeded(*matrix.shape, seed=seed + 1 + k)
+        symmetric = (general + general.mT) / 2
+        along = float((gradient * symmetric).sum())
+        gaps.append(abs(along - central_difference(weighed, matrix, symmetric)) / abs(along))
+    general = seeded(*matrix.shape, seed=seed + 9)
+    along = float((gradient * general).sum())
+    off = abs(along - central_difference(weighed, matrix, general)) / abs(along)
+    asymmetry = largest_gap(gradient, gradient.mT)
+    choice = "the symmetric one" if asymmetry < 1e-12 else f"one that is not symmetric ({asymmetry:.1g} off)"
+    if max(gaps) > 1e-6:
+        return REAL, f"along symmetric directions the gradient is {max(gaps):.2g} off finite differences"
+    return FALSE_ALARM, (f"along six symmetric directions, the contract of its callers (symmetric positive-definite "
+                         f"matrices), the backward matches finite differences to {max(gaps):.1g}; along a general "
+                         f"direction, which leaves the contract as the checker's directions do, it is {off:.2g} off: "
+                         f"the forward reads only part of the matrix, so on symmetric inputs a gradient is right up to "
+                         f"an antisymmetric part, and the library returns {choice} ({design})")
+
+
+def probe_linear_operator_solve():
+    """Solve, 'a wrong formula' for the matrix: its gradient is symmetric on purpose, and right for symmetric A."""
+    from linear_operator import to_linear_operator
+    rhs = seeded(8, 3, seed=20)
+    return symmetric_contract(lambda a: to_linear_operator(a).solve(rhs), positive_definite(8, 21), 22,
+                              f"{LINEAR_OPERATOR}/functions/_solve.py#L101-L107")
+
+
+def probe_linear_operator_inv_quad():
+    """InvQuad, 'a wrong formula' for the matrix: the same symmetric gradient, right for symmetric A."""
+    from linear_operator import to_linear_operator
+    rhs = seeded(8, 3, seed=30)
+    return symmetric_contract(lambda a: to_linear_operator(a).inv_quad(rhs, reduce_inv_quad=False),
+                              positive_definite(8, 31), 32, f"{LINEAR_OPERATOR}/functions/_inv_quad.py#L78-L82")
+
+
+def probe_linear_operator_pivoted_cholesky():
+    """PivotedCholesky, 'a wrong formula' on the checker's grown input: right on a positive-definite one as large,
+    while the grown input (tiled and jittered) is no longer positive definite, nor symmetric."""
+    from linear_operator import to_linear_operator
+    matrix = positive_definite(57, 40)
+    kind, evidence = symmetric_contract(lambda a: to_linear_operator(a).pivoted_cholesky(rank=5), matrix, 41,
+                                        f"{LINEAR_OPERATOR}/functions/_pivoted_cholesky.py#L123-L144")
+    tiled = matrix[:8, :8].repeat(8, 8)[:57, :57] + 0.01 * seeded(57, 57, seed=42)  # grown as a checker grows
+    lowest = float(torch.linalg.eigvalsh((tiled + tiled.mT) / 2)[0])
+    return kind, (f"{evidence}; on a 57 x 57 positive-definite matrix; an 8 x 8 one tiled to 57 x 57 and jittered "
+                  f"is neither symmetric ({largest_gap(tiled, tiled.mT):.1g} off) nor positive definite (lowest "
+                  f"eigenvalue {lowest:.2g})")
+
+
+# ---------------------------------------------------------------------------
+# pytorch_wavelets 1.3.0 (fbcotter/pytorch_wavelets at 9a0c507, the tree 1.3.0's wheel was built from)
+# ---------------------------------------------------------------------------
+
+WAVELETS = "https://github.com/fbcotter/pytorch_wavelets/blob/9a0c507/pytorch_wavelets/dwt/lowlevel.py"
+WAVELETS_ISSUE = "https://github.com/fbcotter/pytorch_wavelets/issues/65"
+
+
+def highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad):
+    """The highpass coefficients' gradient through the inverse transform, zeros where autograd got none."""
+    low = lowpass.clone().requires_grad_(lowpass_wants_grad)
+    high = highpass.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(inverse((low, [high])), high, grad_output, allow_unused=True)
+    return torch.zeros_like(high) if gradient is None else gradient
+
+
+def synthesis_gate(inverse, lowpass, highpass, seed, line):
+    """SFB2D / SFB1D: with the lowpass frozen, is the highpass still given its gradient? (kind, evidence)"""
+    grad_output = seeded(*inverse((lowpass, [highpass])).shape, seed=seed)
+    frozen = highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad=False)
+    wanted = highpass_gradient(inverse, lowpass, highpass, grad_output, lowpass_wants_grad=True)
+    direction = seeded(*highpass.shape, seed=seed + 1)
+    weighed = lambda h: (inverse((lowpass, [h])) * grad_output).sum()  # noqa: E731
+    truth = central_difference(weighed, highpass, direction, step=1e-3)  # the synthesis is linear in the highpass
+    along_frozen, along_wanted = float((frozen * direction).sum()), float((wanted * direction).sum())
+    if abs(along_frozen - truth) < 1e-3 * abs(truth):
+        return FALSE_ALARM, "the highpass's gradient with the lowpass frozen matches finite differences"
+    return REAL, (f"with the lowpass frozen, the highpass coefficients get no gradient (autograd takes zeros: "
+                  f"{float(frozen.abs().max()):.2g} at most), though the output depends on them: along a random "
+                  f"direction the derivative is {truth:.4g} by finite differences, {along_wanted:.4g} from the backward "
+                  f"when the lowpass wants a gradient too, {along_frozen:.4g} when it does not; the backward computes "
+                  f"both gradients only if ctx.needs_input_grad[0] ({WAVELETS}#L{line}); SFB1D's is reported as "
+                  f"{WAVELETS_ISSUE}, open")
+
+
+def probe_pytorch_wavelets_sfb2d():
+    """SFB2D (DWTInverse), 'returns the wrong gradients': the highpass's gradient is dropped when the lowpass is
+    frozen, as in the suite's own test_commutativity, which inverts coefficients whose lowpass came from zeros."""
+    from pytorch_wavelets import DWTInverse
+    inverse = DWTInverse(wave="db2", mode="zero").double()
+    return synthesis_gate(inverse, seeded(1, 2, 9, 9, seed=50), seeded(1, 2, 3, 9, 9, seed=51), 52, 685)
+
+
+def probe_pytorch_wavelets_sfb1d():
+    """SFB1D (DWT1DInverse), 'returns the wrong gradients': the same gate, in one dimension."""
+    from pytorch_wavelets import DWT1DInverse
+    inverse = DWT1DInverse(wave="db2", mode="zero").double()
+    return synthesis_gate(inverse, seeded(2, 3, 17, seed=60), seeded(2, 3, 17, seed=61), 62, 734)
+
+
+PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.startswith("probe_")}
+
+
+def main(argv):
+    if len(argv) != 1 or argv[0] not in PROBES:
+        print(f"usage: cpu_probes.py NAME, NAME one of {', '.join(PROBES)}", file=sys.stderr)
+        return 2
+    kind, evidence = PROBES[argv[0]]()
+    print(PROBE_MARK + json.dumps(dict(kind=kind, evidence=evidence)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
