@@ -399,8 +399,7 @@ class Affine(torch.autograd.Function):
 
 def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
     """A call that passes w frozen, then one that wants w's gradient: the check of the second is told that callers
-    freeze w (position 1), and never x, where check_backward takes frozen_by_callers; where it does not, the
-    keyword is left out."""
+    freeze w (position 1), and never x."""
     import backward_check
     from backward_check import worker
     from backward_check.recording import Recorder
@@ -428,14 +427,6 @@ def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
     monkeypatch.setattr(backward_check, "check_backward", check_backward)
     verdict, _ = worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
     assert verdict.summary == "not checked: seen" and seen == {"no_grad": (), "frozen_by_callers": (1,)}
-
-    def older_check_backward(fn, sample, *, name=None, no_grad=()):
-        seen.update(called_without_it=True)
-        raise backward_check.UsageError("seen")
-
-    monkeypatch.setattr(backward_check, "check_backward", older_check_backward)
-    worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
-    assert seen["called_without_it"]
 
 
 def test_calls_past_the_memory_bound_are_left_out_and_counted(pytester):

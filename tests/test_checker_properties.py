@@ -161,3 +161,51 @@ def test_a_float32_op_with_a_float16_gradient_is_not_excused_by_its_own_noise():
     report = check_backward(lambda x: half.apply(x), x, reference=square, name="square_in_half")
     assert report.headline != "clean" and (report.traps or any("just past" in u for u in report.inconclusive)), \
         str(report)
+
+
+class ShiftedGradOutput(torch.autograd.Function):
+    """y = 2x whose backward reads grad_output one element along: right for any uniform grad_output, wrong for a
+    random one, and the answer for no single value of it (flash-linear-attention's shifted slot index, case 12)."""
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * torch.roll(g.contiguous(), 1, dims=-1)
+
+
+def test_a_backward_that_reads_grad_output_out_of_place_is_the_uniform_trap():
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    report = check_backward(ShiftedGradOutput, x, reference=lambda x: 2 * x)
+    assert report.traps == ["assumes a uniform grad_output"], report
+    assert "no single value of grad_output everywhere gives it" in str(report), report
+
+
+class CrossEntropySum(torch.autograd.Function):
+    """Cross-entropy over rows, summed, computed in float32 whatever the input's dtype (as a fused kernel does); its
+    backward right. Grown to 1,025 classes, one element's step moves the float32 loss by less than its rounding."""
+    @staticmethod
+    def forward(ctx, logits, target):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        ctx.save_for_backward(logits, target)
+        return (-logp.gather(1, target[:, None])).sum().to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, target = ctx.saved_tensors
+        p = torch.softmax(logits.float(), dim=-1)
+        grad = p - torch.nn.functional.one_hot(target, logits.shape[-1]).float()
+        return (grad * g.float()).to(logits.dtype), None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_float32_loss_over_many_classes_is_judged_along_directions(dtype):
+    """With no reference, finite differences one element at a time hear only the float32 loss's rounding on the
+    grown input (3 x 1025): the checker steps every element at once instead, and the right backward is clean, not
+    'too noisy to decide' (nor, once, 'ignores grad_output')."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 20, generator=gen).to(dtype)
+    target = torch.randint(0, 20, (3,), generator=gen)
+    report = check_backward(CrossEntropySum, logits, target)
+    assert report.headline == "clean", report

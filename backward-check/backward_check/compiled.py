@@ -40,7 +40,8 @@ from .truth import ROUNDING_TIMES, flat, neighbourhood, relative_error
 
 COMPILE_OPTION = "compile"
 ENVIRONMENT = "BACKWARD_CHECK_COMPILE"  # how the pytest plugin's --backward-check-compile reaches its worker
-PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# The package's folder (in the practice notebook its modules run from source, named backward_check/<module>.py).
+PACKAGE = os.path.dirname(os.path.abspath(globals().get("__file__", "backward_check/compiled.py")))
 
 
 # -- the backend ---------------------------------------------------------------------------------------------

@@ -109,9 +109,11 @@ def check_once(op, job, args, kwargs, seed):
     from .compiled import backend_from_environment
     seed_everything(seed)
     seeded = generator_states()
+    # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
+    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment()}
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
-                                frozen_by_callers=job.frozen_by_callers, compile=backend_from_environment())
+                                **{key: value for key, value in optional.items() if value})
     except UsageError as error:
         return Verdict(NOT_CHECKED, f"not checked: {clip(error, 200)}", str(error)), False
     except Exception as error:  # noqa: BLE001  (the checker's own failure, which the table reports)
