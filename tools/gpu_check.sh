@@ -13,13 +13,23 @@
 #   checker_cli    python practice/backward_checker.py practice/solutions.py
 #   vs_gradcheck   tools/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
 #   sanitizer      compute-sanitizer (memcheck) on each of the four scripts
+#   suites         tools/wild/suites.py --run: real libraries' own test files, whole, at a buggy
+#                  and a fixed release, plain and under `pytest --backward-check` (its defaults)
+#   suites_xdist   the same for Liger's cross-entropy file, its plain and plugin runs under -n 8
+#   suites_compile the same for Liger's cross-entropy file, the plugin's run with its compile check
+#   wild_compile   tools/in_the_wild.py --sweep-only --compile: real Functions under torch.compile
 #
-# Usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ...]
+# The last four run only when named (or with `all`): they need the releases that
+# `tools/wild/suites.py --download` and `tools/in_the_wild.py --download` fetch where there
+# is a network (SUITES, WHEELS).
+#
+# Usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ... | all]
 #   --out DIR     where the logs go (default benchmarks/results)
 #   --label NAME  the logs' prefix (default: the GPU's name, as h200)
 #   --list        print the parts and exit
-#   PART          run only these parts (default: all)
+#   PART          run only these parts (default: the first seven; all: every part)
 # Environment: PYTHON (default python3), WHEELS (in_the_wild's wheels, default .wild-wheels),
+# SUITES (suites.py's releases and their tests, default .wild-suites),
 # NOTEBOOK_SITE (a folder holding nbclient, nbformat and ipykernel, put on PYTHONPATH for the
 # notebooks and the test suite only, where the GPU's Python lacks them), STAMP_TREE (the tree to
 # stamp, where this copy's git history cannot say), PART_TIMEOUT (seconds each part may take,
@@ -29,9 +39,11 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-PARTS=(check_outputs pytest notebooks in_the_wild checker_cli vs_gradcheck sanitizer)
+DEFAULT_PARTS=(check_outputs pytest notebooks in_the_wild checker_cli vs_gradcheck sanitizer)
+PARTS=("${DEFAULT_PARTS[@]}" suites suites_xdist suites_compile wild_compile)
 PYTHON=${PYTHON:-python3}
 WHEELS=${WHEELS:-.wild-wheels}
+SUITES=${SUITES:-.wild-suites}
 PART_TIMEOUT=${PART_TIMEOUT:-540}
 NOTEBOOK_SITE=${NOTEBOOK_SITE:-}
 with_notebook_site=""
@@ -42,7 +54,7 @@ label=""
 chosen=()
 
 usage() {
-  echo "usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ...] (parts: ${PARTS[*]})" >&2
+  echo "usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ... | all] (parts: ${PARTS[*]})" >&2
   exit 2
 }
 
@@ -51,8 +63,9 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
     --label) [ $# -ge 2 ] || usage; label=$2; shift 2 ;;
     --list) printf '%s\n' "${PARTS[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option $1" >&2; usage ;;
+    all) chosen+=("${PARTS[@]}"); shift ;;
     *)
       case " ${PARTS[*]} " in
         *" $1 "*) chosen+=("$1"); shift ;;
@@ -60,7 +73,7 @@ while [ $# -gt 0 ]; do
       esac ;;
   esac
 done
-[ ${#chosen[@]} -gt 0 ] || chosen=("${PARTS[@]}")
+[ ${#chosen[@]} -gt 0 ] || chosen=("${DEFAULT_PARTS[@]}")
 
 if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "gpu_check.sh: $PYTHON sees no CUDA GPU; these parts show only what a GPU shows" >&2
@@ -77,11 +90,15 @@ export PYTHONUNBUFFERED=1
 command_of() {
   case $1 in
     check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
-    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n 8 -q -rfE -p no:cacheprovider" ;;
+    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n 8 -q -ra -p no:cacheprovider" ;;
     notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
     in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
     vs_gradcheck) echo "$PYTHON tools/checker_vs_gradcheck.py" ;;
+    suites) echo "$PYTHON tools/wild/suites.py --run $SUITES --jobs 6 --warm-workers 2 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_$label.log" ;;
+    suites_xdist) echo "$PYTHON tools/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --workers 8 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_xdist8.log" ;;
+    suites_compile) echo "$PYTHON tools/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --compile --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_compile.log" ;;
+    wild_compile) echo "$PYTHON tools/in_the_wild.py --sweep-only --compile --jobs 4 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     sanitizer) echo "for s in 01_chained_expression 02_graph_structure 03_fan_in 04_standalone_complete; do $SANITIZER --tool memcheck --error-exitcode 1 $PYTHON \$s.py > /dev/null || exit 1; echo \"\$s: memcheck clean\"; done" ;;
   esac
 }
@@ -90,6 +107,8 @@ log_of() {
   case $1 in
     in_the_wild) echo "$out/in_the_wild_$label.log" ;;
     vs_gradcheck) echo "$out/checker_vs_gradcheck_$label.log" ;;
+    suites|suites_xdist|suites_compile) echo "$out/${label}_$1_run.log" ;;
+    wild_compile) echo "$out/in_the_wild_compile_$label.log" ;;
     *) echo "$out/${label}_$1.log" ;;
   esac
 }

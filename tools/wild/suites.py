@@ -13,6 +13,7 @@ of the case's Functions in the buggy release, and must check them and not name i
     python tools/wild/suites.py --list          # the cases, no GPU needed
     python tools/wild/suites.py --download [DIR] --git liger=CLONE --git fla=CLONE --git flash_attn=CLONE
     python3 tools/wild/suites.py --run [DIR] [--case NAME] [--jobs N] [--timeout S] [--log PATH]   # a CUDA GPU
+    python3 tools/wild/suites.py --run --case liger-ce-none --workers 8   # the plain and plugin runs under -n 8
 
 --download (DIR defaults to .wild-suites, which git ignores) needs the network and a local clone of each
 library's repository (`git clone https://github.com/linkedin/Liger-Kernel`, ...; a bare or mirror clone
@@ -44,7 +45,11 @@ the tests that ran; a run still alive INTERRUPT_GRACE seconds later is killed wi
 ratio is shown only where all three runs ended by themselves (an interrupted warm-up would leave the plain
 run compiling what the plugin's run then finds compiled).
 
-The log (default benchmarks/results/suites_<gpu>.log) begins with tools/stamp.py's stamp and how the runs
+With --compile the plugin's run adds --backward-check-compile (docs/library-authors.md): its verdict is judged
+as before, and its table also says what torch.compile changed. With --workers N the plain and plugin runs go under pytest-xdist (-n N), as a library's CI often runs them: each
+worker checks the calls it records, and the controller prints one table, so the verdict is judged as before.
+
+The log (default benchmarks/results/suites_<gpu>.log, suites_<gpu>_xdist<N>.log with --workers) begins with tools/stamp.py's stamp and how the runs
 were made, then holds each run's command and whole output, then the table that sets the releases side by
 side. Timings are wall clock, python start to exit. --jobs N runs N releases at once, which then share
 the GPU and the CPU and time each other.
@@ -337,15 +342,18 @@ def write_accepted(root, case):
     return text
 
 
-def suite_command(case, root, plugin, select, warm_workers=0):
-    """The suite's whole files, with pytest-xdist's -n for a warm-up, or the plugin with its defaults."""
+def suite_command(case, root, plugin, select, workers=0, compile_check=False):
+    """The suite's whole files, with pytest-xdist's -n where workers (a warm-up's, or --workers' for the timed runs),
+    or the plugin with its defaults."""
     command = [sys.executable, "-m", "pytest", *case.tests, "-q", "--tb=short", "-p", "no:cacheprovider"]
     if select:
         command += ["-k", select]
-    if warm_workers:
-        command += ["-n", str(warm_workers)]
+    if workers:
+        command += ["-n", str(workers)]
     if plugin:
         command += ["-p", "pytest_backward_check", "--backward-check"]
+        if compile_check:
+            command.append("--backward-check-compile")
         if case.accepted:  # one word: pytest takes a path among its arguments for one to find its rootdir by
             command.append(f"--backward-check-accepted={accepted_path(root, case).resolve()}")
     return command
@@ -381,14 +389,15 @@ def stop(process, timeout):
     return output + f"\n(interrupted at the {timeout} s deadline)\n", True, killed
 
 
-def run_suite(run, root, select, interpret, timeout, caches=None, warm_workers=0):
+def run_suite(run, root, select, interpret, timeout, caches=None, warm_workers=0, workers=0, compile_check=False):
     """One suite, in its release's tests folder, in a process group of its own; caches: the folder of the
     release's Triton and inductor caches (None: fresh ones, removed after)."""
     if caches is None:
         with tempfile.TemporaryDirectory(prefix="suite_caches_") as fresh:
-            return run_suite(run, root, select, interpret, timeout, fresh, warm_workers)
+            return run_suite(run, root, select, interpret, timeout, fresh, warm_workers, workers, compile_check)
     release = release_dir(root, run.case, run.version)
-    run.command = suite_command(run.case, root, run.plugin, select, warm_workers if run.warm_up else 0)
+    run.command = suite_command(run.case, root, run.plugin, select, warm_workers if run.warm_up else workers,
+                                compile_check)
     env = suite_environment(release, run.plugin, caches, interpret)
     started = time.perf_counter()
     process = subprocess.Popen(run.command, cwd=release / "tests", env=env, stdout=subprocess.PIPE,
@@ -550,7 +559,7 @@ def shown_findings(case, findings):
 # The log and the table
 # ---------------------------------------------------------------------------
 
-def header(jobs, budget, warm_workers, interpret):
+def header(jobs, budget, warm_workers, interpret, workers=0, compile_check=False):
     import platform
     import torch
     import triton
@@ -569,6 +578,10 @@ def header(jobs, budget, warm_workers, interpret):
             f"{warm_up_deadline(budget)} s, the plain and plugin runs each half of what it left; a run past its "
             f"deadline is interrupted (SIGINT, as Ctrl-C) and judged on the tests that ran; the ratio is given only "
             f"where all three runs ended by themselves; times are wall clock, python start to exit"
+            + (f"; the plain and plugin runs under pytest-xdist (-n {workers}): each worker checks what it records, "
+               f"and the controller prints one table" if workers else "")
+            + ("; the plugin's run with --backward-check-compile (each op also checked under torch.compile)"
+               if compile_check else "")
             + ("; INTERPRETED: Triton's interpreter on the CPU, no evidence" if interpret else "")]
 
 
@@ -578,7 +591,7 @@ def shown_path(path):
     return path.relative_to(REPO) if path.is_relative_to(REPO) else path
 
 
-def default_log(interpret, cases):
+def default_log(interpret, cases, workers=0, compile_check=False):
     """benchmarks/results/suites_<gpu>.log (h200 for an NVIDIA H200), with the cases' names where not all run."""
     import torch
     if interpret or not torch.cuda.is_available():
@@ -587,6 +600,10 @@ def default_log(interpret, cases):
         label = re.sub(r"[^a-z0-9]+", "_", torch.cuda.get_device_name(0).lower().removeprefix("nvidia ")).strip("_")
     if len(cases) < len(CASES):
         label += "".join(f"_{c.name}" for c in cases)
+    if workers:
+        label += f"_xdist{workers}"
+    if compile_check:
+        label += "_compile"
     return REPO / "benchmarks" / "results" / f"suites_{label}.log"
 
 
@@ -609,7 +626,8 @@ def summary_row(case, role, version, runs, traps):
     return row, notes, verdict
 
 
-def run_everything(root, cases, jobs, select, interpret, plain_only, budget, warm_workers, log):
+def run_everything(root, cases, jobs, select, interpret, plain_only, budget, warm_workers, log, workers=0,
+                   compile_check=False):
     """Every case's two releases: warm-up, plain, and under the plugin; each run written to the log as it ends,
     then the table. True if every verdict is as expected."""
     sys.path.insert(0, str(PACKAGE))
@@ -625,7 +643,7 @@ def run_everything(root, cases, jobs, select, interpret, plain_only, budget, war
                           + write_accepted(root, case))
 
     def one(run, caches, timeout):
-        run_suite(run, root, select, interpret, timeout, caches, warm_workers)
+        run_suite(run, root, select, interpret, timeout, caches, warm_workers, workers, compile_check)
         with lock:
             print(f"{run.label}: {outcome(run)} in {run.seconds:.0f} s", flush=True)
             with open(log, "a") as out:
@@ -713,6 +731,12 @@ def main(argv=None):
                              "third, the plain and plugin runs each up to half of what it left")
     parser.add_argument("--warm-workers", type=not_negative, default=4, metavar="W",
                         help="pytest-xdist workers of each release's warm-up run (default 4; 0: one process)")
+    parser.add_argument("--workers", type=not_negative, default=0, metavar="N",
+                        help="run the timed plain and plugin runs under pytest-xdist with -n N (default 0: one "
+                             "process, as the ratio is measured)")
+    parser.add_argument("--compile", action="store_true", dest="compile_check",
+                        help="the plugin's run with --backward-check-compile: each op also checked under "
+                             "torch.compile against itself eagerly")
     parser.add_argument("--log", type=Path, help="the log (default benchmarks/results/suites_<gpu>.log)")
     parser.add_argument("--interpret", action="store_true",
                         help="without a GPU, run in Triton's interpreter anyway: a smoke test, no evidence (exits 2)")
@@ -752,7 +776,7 @@ def main(argv=None):
         return 2
     import importlib.util
     lacking = sorted({m for c in cases for m in c.needs if importlib.util.find_spec(m) is None})
-    if args.warm_workers and importlib.util.find_spec("xdist") is None:
+    if (args.warm_workers or args.workers) and importlib.util.find_spec("xdist") is None:
         lacking.append("xdist (pytest-xdist, for the warm-up's -n; or pass --warm-workers 0)")
     if lacking:
         print(f"suites: the runs need {', '.join(lacking)}, which this Python lacks (pip install them)",
@@ -764,13 +788,13 @@ def main(argv=None):
               "not the truth for them, so a run without a GPU would be no evidence. --interpret runs anyway (a "
               "smoke test), and still exits 2.", file=sys.stderr)
         return 2
-    log = args.log or default_log(args.interpret, cases)
+    log = args.log or default_log(args.interpret, cases, args.workers, args.compile_check)
     log.parent.mkdir(parents=True, exist_ok=True)
-    lines = header(args.jobs, args.timeout, args.warm_workers, args.interpret)
+    lines = header(args.jobs, args.timeout, args.warm_workers, args.interpret, args.workers, args.compile_check)
     log.write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     ok = run_everything(root, cases, args.jobs, args.select, args.interpret, args.plain_only, args.timeout,
-                        args.warm_workers, log)
+                        args.warm_workers, log, args.workers, args.compile_check)
     print(f"log: {log}")
     if args.interpret or not torch.cuda.is_available():
         return 2
