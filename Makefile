@@ -1,7 +1,8 @@
 # make check  - build .venv with the reader's requirements (requirements.txt: torch, triton,
 #               numpy) if needed, then verify the scripts' output (./check_outputs.sh)
-# make test   - add the contributors' requirements (requirements-dev.txt: pytest, notebook
-#               tools, shellcheck, uv, matplotlib) to .venv if needed, then run the test suite
+# make test   - add the contributors' requirements (requirements-dev.txt: pytest, pytest-xdist,
+#               notebook tools, shellcheck, uv, matplotlib) to .venv if needed, then run the test
+#               suite over every core (-n auto)
 # make bench  - GELU bandwidth benchmark (needs a CUDA GPU; plots with matplotlib, as make test)
 # make matrix - a venv per PyTorch release: checker and tests in each (slow, downloads GBs; never in CI)
 # make notebook - regenerate notebooks/chapter17.ipynb from the scripts (then run it on a GPU)
@@ -26,8 +27,9 @@ DEV_DEPENDENCY := $(if $(filter $(VENV_PYTHON),$(PY)),$(DEV_STAMP))
 check: $(ENV_DEPENDENCY)
 	PYTHON=$(PY) ./check_outputs.sh
 
+# -n auto: pytest-xdist (requirements-dev.txt) spreads the tests over the machine's cores.
 test: $(DEV_DEPENDENCY)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 bench: $(DEV_DEPENDENCY)
 	$(PY) benchmarks/gelu_bandwidth.py
