@@ -5,7 +5,7 @@
 # backward checker's files), so a page quoting a log can be told from a stale one:
 #
 #   check_outputs  ./check_outputs.sh --require-gpu: the four scripts, their output the book's
-#   pytest         the test suite, in parallel (pytest-xdist, -n 8), the checker's property tests
+#   pytest         the test suite, in parallel (pytest-xdist, -n 10), the checker's property tests
 #                  with twice CI's examples a family (BACKWARD_CHECK_EXAMPLES, default 6 here)
 #   notebooks      both notebooks, executed top to bottom (tools/run_notebook.py)
 #   in_the_wild    tools/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
@@ -33,7 +33,8 @@
 # NOTEBOOK_SITE (a folder holding nbclient, nbformat and ipykernel, put on PYTHONPATH for the
 # notebooks and the test suite only, where the GPU's Python lacks them), STAMP_TREE (the tree to
 # stamp, where this copy's git history cannot say), PART_TIMEOUT (seconds each part may take,
-# default 540), BACKWARD_CHECK_EXAMPLES (the property tests' examples a family, default 6).
+# default 540), BACKWARD_CHECK_EXAMPLES (the property tests' examples a family, default 6),
+# PYTEST_WORKERS (the pytest part's -n, default 10).
 # Exit codes: 0 every part passed; 1 a part failed or timed out (the summary log names it);
 # 2 a usage error, or no CUDA GPU.
 set -euo pipefail
@@ -63,7 +64,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
     --label) [ $# -ge 2 ] || usage; label=$2; shift 2 ;;
     --list) printf '%s\n' "${PARTS[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option $1" >&2; usage ;;
     all) chosen+=("${PARTS[@]}"); shift ;;
     *)
@@ -90,7 +91,7 @@ export PYTHONUNBUFFERED=1
 command_of() {
   case $1 in
     check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
-    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n 8 -q -ra -p no:cacheprovider" ;;
+    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n ${PYTEST_WORKERS:-10} -q -ra -p no:cacheprovider" ;;
     notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
     in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
