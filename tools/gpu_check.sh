@@ -64,7 +64,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
     --label) [ $# -ge 2 ] || usage; label=$2; shift 2 ;;
     --list) printf '%s\n' "${PARTS[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option $1" >&2; usage ;;
     all) chosen+=("${PARTS[@]}"); shift ;;
     *)
