@@ -181,7 +181,9 @@ def test_whole_files_and_the_plugins_default_options(tmp_path):
         plugin = suites.suite_command(case, tmp_path, True, None)
         accepted = [f"--backward-check-accepted={suites.accepted_path(tmp_path, case).resolve()}"] if case.accepted else []
         assert plugin == start + ["-p", "pytest_backward_check", "--backward-check", *accepted]
-        assert suites.suite_command(case, tmp_path, False, None, warm_workers=4) == start + ["-n", "4"]
+        assert suites.suite_command(case, tmp_path, False, None, workers=4) == start + ["-n", "4"]
+        assert suites.suite_command(case, tmp_path, True, None, workers=8, compile_check=True) == \
+            start + ["-n", "8", "-p", "pytest_backward_check", "--backward-check", "--backward-check-compile", *accepted]
         assert not any("::" in test for test in case.tests), "whole files, not some of their tests"
         assert all(t in TRAPS for t in case.traps) and all(t in TRAPS for _, t, _ in case.accepted)
         assert case.functions and all(f.count(".") >= 2 for f in case.functions)
