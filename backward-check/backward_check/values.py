@@ -195,10 +195,10 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                 f"the {expected.tolerance[i]:.3g} this op's precision allows: too little for any trap, "
                                 f"too much to call right; {near}{where}")
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
-    # A backward right for grad_output = 2 and 5 everywhere reads grad_output, however close a random one's
-    # value came to 1 (in bfloat16, grad_output[0] = 0.97 is 1 within the tolerance): that is the uniform trap.
+    # A backward whose answer triples with grad_output reads it, however close a random one's first value came to 1
+    # (in bfloat16, grad_output[0] = 0.97 is 1 within the tolerance): that is the uniform trap, further on.
     if (ones.error(got[i], i, shape) <= 1.0 or gives_its_answer_for_ones(context, i, got, ones)) and \
-            not right_for_uniform(context, i):
+            not scales_with_grad_output(context, i, g, got):
         return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
                                             f"everywhere ({off:.3g} off, relative)")
     for k in range(len(context.outputs) if len(context.outputs) > 1 else 0):  # one output's grad_output at a time
@@ -242,6 +242,22 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                     f"left behind")
     return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
                                   f"random one{wrong_share(got[i], expected, i)})")
+
+
+def scales_with_grad_output(context, i, g, got):
+    """Whether input i's gradient under 3 g is nearer three times its gradient under g than that gradient itself: the
+    backward reads grad_output (one element of it, say), whatever the right gradient for a uniform one (a
+    normaliser's is 0, for which an answer that ignores grad_output and one that scales it look alike)."""
+    if got[i] is None:
+        return False
+    try:
+        tripled = context.vjp([3 * t for t in g], "with grad_output tripled")[i]
+    except OpRaised:
+        return False
+    if tripled is None:
+        return False
+    a, b = flat(tripled).double(), flat(got[i]).double().to(flat(tripled).device)
+    return bool((a - 3 * b).norm() < (a - b).norm())
 
 
 def single_value(context, i, got, ones, shape):
