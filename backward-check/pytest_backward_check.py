@@ -276,7 +276,7 @@ class BackwardCheckSession(Reporting):
         self.budget = Budget(options.budget)
         self.selection = Selection(self.budget, memory_mib * 2 ** 20 / workers, options.limit,
                                    self.claims.others if self.claims else None)
-        self.recorder = Recorder(self.selection.offer)
+        self.recorder = Recorder(self.selection.offer, self.selection.withdraw)
         self.worker = Worker(options.timeout)
         self.check_seconds = 0.0
         self.recorder.install()

@@ -331,3 +331,61 @@ def test_skipped_where_the_suites_process_holds_a_cuda_context(monkeypatch):
     assert verdict.summary == "not checked: its argument 1 (a function) cannot be sent to a worker process, and a " \
                              "process forked from the suite's cannot use its CUDA context, while a check in the " \
                              "suite's own process could lose it"
+
+
+# -- a call the test expects to raise ----------------------------------------------------------------------------
+
+PICKS = '''
+import torch
+
+
+class Picks(torch.autograd.Function):
+    """x[rows] * 2, refusing rows past x's end, as a fused loss refuses an out-of-range target."""
+
+    @staticmethod
+    def forward(ctx, x, rows):
+        assert int(rows.max()) < x.shape[0], "rows out of bounds"
+        ctx.save_for_backward(rows)
+        ctx.n = x.shape[0]
+        return x[rows] * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        rows, = ctx.saved_tensors
+        grad = grad_output.new_zeros((ctx.n, *grad_output.shape[1:]))
+        grad.index_add_(0, rows, 2 * grad_output)
+        return grad, None
+'''
+
+PICKS_TESTS = '''
+import pytest
+import torch
+
+from picks import Picks
+
+
+def test_out_of_bounds_rows_are_refused():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(AssertionError, match="out of bounds"):
+        Picks.apply(x, torch.tensor([0, 9]))
+
+
+def test_rows_are_picked():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    Picks.apply(x, torch.tensor([2, 0])).sum().backward()
+    assert x.grad[1].eq(0).all()
+'''
+
+
+def test_a_call_the_test_expects_to_raise_is_not_checked(tmp_path):
+    """The first test's call raises, as it means to: it is taken back, not checked (its check would find the op
+    'crashes' on the arguments it was meant to refuse), and the same signature is recorded from the second test's
+    call, which succeeds, and checked clean."""
+    (tmp_path / "picks.py").write_text(PICKS)
+    (tmp_path / "test_picks.py").write_text(PICKS_TESTS)
+    code, output = run_pytest(tmp_path, "--backward-check", "test_picks.py")
+    assert code == 0 and "2 passed" in output, output
+    rows = row(output, "picks.Picks", whole=True)
+    assert not [r for r in rows if "crashes" in r], rows
+    checked = row(output, "picks.Picks")
+    assert len(checked) == 1 and "clean" in checked[0] and "test_rows_are_picked" in " ".join(rows), rows

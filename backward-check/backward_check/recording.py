@@ -9,6 +9,7 @@ memory and no reference to the test's own tensors), each laid out as the test's 
 Whatever the arguments are, recording never raises into the test: a call it cannot take is a line in the table.
 """
 import collections
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -308,8 +309,9 @@ class Recorder:
     only where offer keeps the call. test: the nodeid of the test whose body runs (None: record nothing). quiet:
     above 0 while the checker runs (it calls the op many times) or while a call is copied."""
 
-    def __init__(self, offer):
+    def __init__(self, offer, withdraw=None):
         self.offer = offer
+        self.withdraw_offer = withdraw  # withdraw(call): takes back a call offered whose own run raised
         self.test = None
         self.quiet = 0
         self.signatures = {}        # op name: {signature: the test that first made it}
@@ -336,9 +338,13 @@ class Recorder:
         original_apply = inspect.getattr_static(torch.autograd.Function, "apply", None)
 
         def apply(cls, *args, **kwargs):
+            recorded = None
             if recorder.test is not None and not recorder.quiet:
-                recorder.consider(cls, args, kwargs)
-            return original_apply.__get__(None, cls)(*args, **kwargs)
+                recorded = recorder.consider(cls, args, kwargs)
+            if recorded is None:
+                return original_apply.__get__(None, cls)(*args, **kwargs)
+            with recorder.withdrawn_if_it_raises(recorded):
+                return original_apply.__get__(None, cls)(*args, **kwargs)
 
         apply.__doc__, apply.__wrapped__ = original_apply.__doc__, getattr(original_apply, "__func__", original_apply)
         try:
@@ -358,9 +364,13 @@ class Recorder:
             original_call = CustomOpDef.__dict__["__call__"]
 
             def call(op, *args, **kwargs):
+                recorded = None
                 if recorder.test is not None and not recorder.quiet and op._backward_fn is not None:
-                    recorder.consider(op, args, kwargs)
-                return original_call(op, *args, **kwargs)
+                    recorded = recorder.consider(op, args, kwargs)
+                if recorded is None:
+                    return original_call(op, *args, **kwargs)
+                with recorder.withdrawn_if_it_raises(recorded):
+                    return original_call(op, *args, **kwargs)
 
             call.__doc__, call.__wrapped__ = original_call.__doc__, original_call
             self._patch(CustomOpDef, "__call__", call)
@@ -412,11 +422,12 @@ class Recorder:
     # -- recording ------------------------------------------------------------------------------
 
     def consider(self, op, args, kwargs):
-        """Records the call if it is one to check; never raises (the test's own call goes on regardless)."""
+        """Records the call if it is one to check, and returns it (None where it is not recorded); never raises
+        (the test's own call goes on regardless)."""
         self.quiet += 1
         start = time.perf_counter()
         try:
-            self._consider(op, args, kwargs)
+            return self._consider(op, args, kwargs)
         except Exception as error:  # noqa: BLE001  (recording must never break the test's call)
             self.problems.append(f"{self.test}: a call of {getattr(op, '__name__', type(op).__name__)} could not "
                                  f"be recorded ({type(error).__name__}: {clip(error, 200)})")
@@ -444,3 +455,20 @@ class Recorder:
         call = RecordedCall(op, name, signature, described, no_grad, self.test,
                             sum(copied_bytes(t) for t in tensors))
         self.offer(call, lambda: (copy_value(tuple(args)), copy_value(dict(kwargs))))
+        return call
+
+    @contextlib.contextmanager
+    def withdrawn_if_it_raises(self, call):
+        """The test's own call of the op, recorded as call: where it raises (a test that expects an out-of-range
+        target to be refused, say), the call is taken back, so its check never calls the op on arguments the op
+        was meant to refuse, and its signature may be recorded again from a call that succeeds."""
+        try:
+            yield
+        except BaseException:
+            try:
+                self.signatures.get(call.name, {}).pop(call.signature, None)
+                if self.withdraw_offer is not None:
+                    self.withdraw_offer(call)
+            except Exception:  # noqa: BLE001  (taking it back must never hide the op's own error)
+                pass
+            raise

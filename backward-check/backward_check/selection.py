@@ -143,6 +143,17 @@ class Selection:
         self.waiting.append(call)
         self.held_bytes += call.nbytes
 
+    def withdraw(self, call):
+        """Takes back a call offered whose own run raised: out of the queue (its copies freed) or out of what was
+        counted left out; never checked, never counted."""
+        held = [k for k, c in enumerate(self.waiting) if c is call]
+        if held:
+            del self.waiting[held[0]]
+            self.held_bytes -= call.nbytes
+            call.args = call.kwargs = None
+        elif call.name in self.left_out:
+            self.left_out[call.name].pop(call.key, None)
+
     def _leave_out(self, call, why):
         self.left_out.setdefault(call.name, {})[call.key] = why, self.tier(call)
 
