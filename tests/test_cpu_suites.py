@@ -56,6 +56,15 @@ def test_a_test_that_fails_only_under_the_plugin_is_seen():
     assert cpu_suites.failed_tests("3 passed in 1.00s\n") == set()
 
 
+def test_a_finished_and_a_killed_run_are_each_summed_up_in_a_line():
+    # run_everything prints suites.outcome(ran) for each run; a Ran of this module's must carry what it reads
+    import suites
+    passed = cpu_suites.Ran("plain", ["pytest"], code=0, seconds=3.0, output="== 12 passed, 1 skipped in 3.0s ==\n")
+    killed = cpu_suites.Ran("plain", ["pytest"], code=None, seconds=9.0, output="(killed after 9 s)\n")
+    assert "12 passed" in suites.outcome(passed) and "interrupted" not in suites.outcome(passed)
+    assert suites.outcome(killed) == "killed at the deadline"
+
+
 def test_a_suite_not_downloaded_is_refused(tmp_path):
     done = subprocess.run([sys.executable, str(TOOL), "--run", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 2

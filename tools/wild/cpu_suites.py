@@ -205,6 +205,7 @@ class Ran:
     code: int = None          # exit status; None: timed out
     seconds: float = 0.0
     output: str = ""
+    interrupted: bool = False  # suites.outcome reads it; a run here is killed past its deadline (code None), never interrupted
 
 
 def environment(paths):
