@@ -219,6 +219,44 @@ def probe_linear_operator_pivoted_cholesky():
                   f"eigenvalue {lowest:.2g})")
 
 
+def probe_linear_operator_root_decomposition():
+    """RootDecomposition, 'a wrong formula' on test_root_inv_decomposition's call: R with R R^T = A^-1 is one of many
+    (any rotation of it is another), and the backward gives the gradient of a loss that reads R only through R R^T,
+    as every caller does (a RootLinearOperator is R R^T). A loss on R itself, as the checker's grad_output makes, is
+    not one a caller makes."""
+    import linear_operator
+    matrix = positive_definite(4, 90)
+    initial, test = seeded(4, 5, seed=91), seeded(4, 5, seed=92)
+
+    def root(a):
+        return linear_operator.root_inv_decomposition(a, method="lanczos", initial_vectors=initial,
+                                                      test_vectors=test).root.to_dense()
+    weights = seeded(4, 4, seed=93)
+    weights = weights + weights.mT
+    on_root = seeded(*root(matrix).shape, seed=94)
+    direction = seeded(4, 4, seed=95)
+    direction = (direction + direction.mT) / 2
+    answers = {}
+    for name, loss in (("through R R^T", lambda r: (weights * (r @ r.mT)).sum()),
+                       ("on R itself", lambda r: (on_root * r).sum())):
+        leaf = matrix.clone().requires_grad_()
+        (gradient,) = torch.autograd.grad(loss(root(leaf)), leaf)
+        along = float(((gradient + gradient.mT) / 2 * direction).sum())
+        truth = central_difference(lambda a: loss(root(a)), matrix, direction, step=1e-5)
+        answers[name] = (truth, along, abs(along - truth) / abs(truth))
+    through, itself = answers["through R R^T"], answers["on R itself"]
+    if through[2] > 1e-5:
+        return REAL, (f"a loss through R R^T, as callers make, gets a gradient {through[2]:.2g} off finite "
+                      f"differences ({through[1]:.4g} against {through[0]:.4g})")
+    return BY_DESIGN, (f"for a loss that reads the root only through R R^T, as every caller does, the matrix's "
+                       f"gradient matches finite differences along a symmetric direction ({through[1]:.6g} against "
+                       f"{through[0]:.6g}, {through[2]:.1g} off); for a loss on R itself, as the checker's "
+                       f"grad_output is, it is {itself[2]:.2g} off ({itself[1]:.4g} against {itself[0]:.4g}): the "
+                       f"backward builds the gradient of R R^T from R^-T / 2 on purpose "
+                       f"({LINEAR_OPERATOR}/functions/_root_decomposition.py#L150-L158), the root being defined only "
+                       f"up to a rotation")
+
+
 # ---------------------------------------------------------------------------
 # pytorch_wavelets 1.3.0 (fbcotter/pytorch_wavelets at 9a0c507, the tree 1.3.0's wheel was built from)
 # ---------------------------------------------------------------------------
@@ -267,6 +305,78 @@ def probe_pytorch_wavelets_sfb1d():
     from pytorch_wavelets import DWT1DInverse
     inverse = DWT1DInverse(wave="db2", mode="zero").double()
     return synthesis_gate(inverse, seeded(2, 3, 17, seed=60), seeded(2, 3, 17, seed=61), 62, 734)
+
+
+def adjoint_by_mode(transform, x, seed, what, line):
+    """AFB / SFB in 'symmetric' and 'reflect' padding (inputs a few samples long, so that the border, where the
+    modes differ, is much of the gradient): the backward runs the other filter bank in the same mode, the
+    transform's adjoint only where the padding adds nothing to fold back ('zero'). The transform is linear in x, so
+    central differences are exact up to rounding; each mode, the backward's derivative against them. (kind, evidence)"""
+    answers = {}
+    for mode in ("zero", "symmetric", "reflect"):
+        f = transform(mode)
+        start = x.clone().requires_grad_()
+        grad_output = seeded(*f(start).shape, seed=seed)
+        (gradient,) = torch.autograd.grad(f(start), start, grad_output)
+        direction = seeded(*x.shape, seed=seed + 1)
+        truth = central_difference(lambda v: (f(v) * grad_output).sum(), x, direction, step=1e-3)
+        answers[mode] = (truth, float((gradient * direction).sum()))
+    zero_truth, zero_backward = answers["zero"]
+    wrong = [mode for mode in ("symmetric", "reflect")
+             if abs(answers[mode][1] - answers[mode][0]) > 1e-6 * abs(answers[mode][0])]
+    if abs(zero_backward - zero_truth) > 1e-6 * abs(zero_truth) or not wrong:
+        return FALSE_ALARM, f"{what}: the backward matches finite differences in every padding mode"
+    said = "; ".join(f"'{mode}' {answers[mode][0]:.4g} by finite differences, {answers[mode][1]:.4g} from the backward "
+                     f"({abs(answers[mode][1] - answers[mode][0]) / abs(answers[mode][0]):.2g} off, relative)"
+                     for mode in wrong)
+    return REAL, (f"{what}, along a random direction under a random grad_output: {said}; 'zero' "
+                  f"{zero_truth:.4g} and {zero_backward:.4g}, equal. The backward runs the other filter bank in the "
+                  f"same mode ({WAVELETS}#L{line}), the transform's adjoint only for zero padding: the gradient of "
+                  f"the samples a symmetric or reflecting pad copies is never folded back onto the border, so any "
+                  f"loss on a transform in those modes gets a wrong gradient")
+
+
+def probe_pytorch_wavelets_afb2d_modes():
+    """AFB2D (DWTForward), 'a wrong formula' in the padding modes 'symmetric' and 'reflect'."""
+    from pytorch_wavelets import DWTForward
+
+    def transform(mode):
+        forward = DWTForward(J=1, wave="db2", mode=mode).double()
+        return lambda x: torch.cat([part.flatten(1) for part in (forward(x)[0], forward(x)[1][0])], -1)
+    return adjoint_by_mode(transform, seeded(1, 2, 8, 8, seed=70), 71, "DWTForward", 356)
+
+
+def probe_pytorch_wavelets_afb1d_modes():
+    """AFB1D (DWT1DForward), 'a wrong formula' in the padding modes 'symmetric' and 'reflect'."""
+    from pytorch_wavelets import DWT1DForward
+
+    def transform(mode):
+        forward = DWT1DForward(J=1, wave="db2", mode=mode).double()
+        return lambda x: torch.cat([forward(x)[0], forward(x)[1][0]], -1)
+    return adjoint_by_mode(transform, seeded(2, 3, 8, seed=72), 73, "DWT1DForward", 418)
+
+
+def probe_pytorch_wavelets_sfb2d_modes():
+    """SFB2D (DWTInverse), 'a wrong formula' in the padding modes 'symmetric' and 'reflect' (the lowpass wanting a
+    gradient, so that the needs_input_grad[0] gate of the other finding is open)."""
+    from pytorch_wavelets import DWTInverse
+    lowpass = seeded(1, 2, 5, 5, seed=74).requires_grad_()
+
+    def transform(mode):
+        inverse = DWTInverse(wave="db2", mode=mode).double()
+        return lambda high: inverse((lowpass, [high]))
+    return adjoint_by_mode(transform, seeded(1, 2, 3, 5, 5, seed=75), 76, "DWTInverse, the highpass's gradient", 688)
+
+
+def probe_pytorch_wavelets_sfb1d_modes():
+    """SFB1D (DWT1DInverse), 'a wrong formula' in the padding modes 'symmetric' and 'reflect'."""
+    from pytorch_wavelets import DWT1DInverse
+    lowpass = seeded(2, 3, 6, seed=77).requires_grad_()
+
+    def transform(mode):
+        inverse = DWT1DInverse(wave="db2", mode=mode).double()
+        return lambda high: inverse((lowpass, [high]))
+    return adjoint_by_mode(transform, seeded(2, 3, 6, seed=78), 79, "DWT1DInverse, the highpass's gradient", 739)
 
 
 PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.startswith("probe_")}

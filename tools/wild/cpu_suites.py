@@ -132,6 +132,9 @@ SUITE_BY_NAME = {s.name: s for s in SUITES}
 TORCHDIFFEQ_SAYS = ("the forward writes the value into its scratch buffer in place on purpose ('sneak past the version "
                     "checker'), and the backward passes an overwritten slot's gradient on; its one caller writes each "
                     "slot of a fresh torch.empty buffer once, so that gradient reaches nothing")
+PADDING_MODES = ("in the padding modes 'symmetric' and 'reflect' the backward runs the other filter bank in the same "
+                 "mode, which is the transform's adjoint only for zero padding: the padded samples' gradient is never "
+                 "folded back onto the border")
 SYMMETRIC = ("the backward is right for symmetric matrices, its callers' contract; the checker's general directions "
              "step outside it")
 
@@ -152,11 +155,22 @@ FINDINGS = (
     Decided("linear_operator", "linear_operator.functions._pivoted_cholesky.PivotedCholesky", "a wrong formula",
             FALSE_ALARM, "linear_operator_pivoted_cholesky", SYMMETRIC + ", and its grown input is neither symmetric "
             "nor positive definite"),
+    Decided("linear_operator", "linear_operator.functions._root_decomposition.RootDecomposition", "a wrong formula",
+            BY_DESIGN, "linear_operator_root_decomposition", "the backward gives the gradient of R R^T, the only way a "
+            "caller reads a root (any rotation of R is another root)"),
     Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB2D", "returns the wrong gradients", REAL,
             "pytorch_wavelets_sfb2d", "the backward gives the highpass coefficients no gradient when the lowpass is "
             "frozen: both gradients hang on ctx.needs_input_grad[0]"),
     Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB1D", "returns the wrong gradients", REAL,
             "pytorch_wavelets_sfb1d", "the same in one dimension (reported upstream as issue 65)"),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.AFB2D", "a wrong formula", REAL,
+            "pytorch_wavelets_afb2d_modes", PADDING_MODES),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.AFB1D", "a wrong formula", REAL,
+            "pytorch_wavelets_afb1d_modes", PADDING_MODES),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB2D", "a wrong formula", REAL,
+            "pytorch_wavelets_sfb2d_modes", PADDING_MODES),
+    Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB1D", "a wrong formula", REAL,
+            "pytorch_wavelets_sfb1d_modes", PADDING_MODES),
 )
 assert all(d.probe in PROBES for d in FINDINGS), "every finding's probe is a function of cpu_probes.py"
 
