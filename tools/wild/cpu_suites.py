@@ -158,6 +158,9 @@ FINDINGS = (
     Decided("linear_operator", "linear_operator.functions._root_decomposition.RootDecomposition", "a wrong formula",
             BY_DESIGN, "linear_operator_root_decomposition", "the backward gives the gradient of R R^T, the only way a "
             "caller reads a root (any rotation of R is another root)"),
+    Decided("linear_operator", "linear_operator.functions._inv_quad_logdet.InvQuadLogdet", "a wrong formula",
+            BY_DESIGN, "linear_operator_inv_quad_logdet", "a stochastic log-determinant: the backward estimates the "
+            "exact value's gradient with the forward's probe vectors, unbiased, on purpose"),
     Decided("pytorch_wavelets", "pytorch_wavelets.dwt.lowlevel.SFB2D", "returns the wrong gradients", REAL,
             "pytorch_wavelets_sfb2d", "the backward gives the highpass coefficients no gradient when the lowpass is "
             "frozen: both gradients hang on ctx.needs_input_grad[0]"),
