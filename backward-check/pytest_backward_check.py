@@ -45,10 +45,10 @@ def pytest_addoption(parser):
                          "=fail also fails the test that made a call with a trap, or the run, for a trap found at "
                          "the end (default: report)")
     group.addoption("--backward-check-budget", dest="backward_check_budget", default="1", metavar="FACTOR|all",
-                    help="the plugin's time (its copies, its worker's start, its checks) as a multiple of the tests' "
-                         "own time so far, and at least 60 s; signatures past it are left out, the most revealing "
-                         "checked first (default: 1, so the run takes about twice the suite's time); all: check "
-                         "every signature")
+                    help="the plugin's time (its copies, its worker's start, its checks) as a multiple of the suite's "
+                         "own time so far (the wall clock since the plugin started, less its own), and at least "
+                         "20 s; signatures past it are left out, the most revealing checked first (default: 1, so "
+                         "the run takes about twice the suite's time); all: check every signature")
     group.addoption("--backward-check-limit", dest="backward_check_limit", type=int, default=None, metavar="N",
                     help="check at most N signatures per op (default: no limit, only the budget)")
     group.addoption("--backward-check-memory", dest="backward_check_memory", type=float, default=None,
@@ -118,8 +118,8 @@ def options_of(config):
     except ValueError:
         budget = -1.0
     if budget is not None and not budget > 0:
-        raise pytest.UsageError(f"--backward-check-budget takes a multiple of the tests' own time, more than 0 (1: "
-                                f"the plugin takes as long as the tests), or all, not "
+        raise pytest.UsageError(f"--backward-check-budget takes a multiple of the suite's own time, more than 0 (1: "
+                                f"the plugin takes as long as the suite), or all, not "
                                 f"{option.backward_check_budget!r}")
     if option.backward_check_limit is not None and option.backward_check_limit < 1:
         raise pytest.UsageError(f"--backward-check-limit takes a number of signatures per op, 1 or more, not "
@@ -293,11 +293,9 @@ class BackwardCheckSession(Reporting):
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item):
-        """The test's own time, for the budget; in report mode, the checks after it, outside its protocol (so no
-        timeout of the test's counts them)."""
-        start, plugin_before = time.perf_counter(), self.plugin_seconds()
+        """In report mode, the checks after the test, outside its protocol (so no timeout of the test's counts
+        them)."""
         result = yield
-        self.budget.suite_seconds += time.perf_counter() - start - (self.plugin_seconds() - plugin_before)
         if self.options.mode == "report":
             self.check_after(item.nodeid)
         return result
@@ -354,7 +352,7 @@ class BackwardCheckSession(Reporting):
             return None
         start = time.perf_counter()
         try:
-            job = job_of(call, self.recorder.frozen.get(call.name, ()))
+            job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}))
             verdict = check_protected(self.worker, call, job, self.recorder)
         except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
             verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
@@ -385,6 +383,7 @@ class BackwardCheckSession(Reporting):
     def close_findings(self):
         """What is left waiting is left out; the selection's and the worker's counts, into the findings."""
         findings, selection = self.findings, self.selection
+        self.budget.spent = self.plugin_seconds()
         selection.give_up()
         for op, calls in selection.left_out.items():
             for key, (why, tier) in calls.items():

@@ -324,8 +324,8 @@ def test_accept_only_writes_the_pairs_it_names(pytester):
     (["--backward-check", "--backward-check-limit", "0"], None, {}, "--backward-check-limit takes a number of "
                                                                      "signatures per op, 1 or more, not 0"),
     (["--backward-check", "--backward-check-budget", "half"], None, {},
-     "--backward-check-budget takes a multiple of the tests' own time, more than 0 (1: the plugin takes as long as "
-     "the tests), or all, not 'half'"),
+     "--backward-check-budget takes a multiple of the suite's own time, more than 0 (1: the plugin takes as long as "
+     "the suite), or all, not 'half'"),
     (["--backward-check", "--backward-check-budget", "0"], None, {}, "--backward-check-budget takes a multiple"),
     (["--backward-check", "--backward-check-memory", "-1"], None, {}, "--backward-check-memory takes MiB, 0 or "
                                                                       "more, not -1"),

@@ -115,3 +115,28 @@ def test_a_verdict_that_changes_with_the_seed_is_unstable_shows_both_and_fails_n
     section = whole.split("- seed_ops.SeedParity (float32 2-d), first called by test_seeds.py::test_seed_parity -")[1]
     assert re.search(r"the op's random draws seeded with \d+:\n", section) and \
         re.search(r"\n\nseeded with \d+:\n", section), section
+
+
+def test_a_trap_the_accepted_file_accepts_is_not_checked_again(tmp_path):
+    """The check again with the next seed is for a verdict that fails a test or names a bug; where every trap found
+    is accepted (by design), it is one check, not two: the verdict is the first one's, not 'unstable'."""
+    import importlib
+    import sys
+    import torch
+    from backward_check import worker
+    (tmp_path / "seed_ops.py").write_text(OPS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        ops = importlib.import_module("seed_ops")
+        x = torch.randn(5, 3, requires_grad=True)
+        odd = 1  # the first check finds the trap, the second (seed 2) does not
+        job = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd)
+        assert worker.check_call(ops.SeedParity, job, (x,), {}).status == worker.UNSTABLE
+        accepted = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("ignores grad_output",))
+        verdict = worker.check_call(ops.SeedParity, accepted, (x,), {})
+        assert verdict.status == worker.TRAPS and verdict.traps == ("ignores grad_output",), verdict
+        other = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("writes into an input or a saved tensor",))
+        assert worker.check_call(ops.SeedParity, other, (x,), {}).status == worker.UNSTABLE
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("seed_ops", None)

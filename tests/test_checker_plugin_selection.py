@@ -143,7 +143,7 @@ class Checks:
 
     def __init__(self, allowed, memory_bytes=10 ** 9, limit=None):
         from backward_check.selection import Budget, Selection
-        self.budget = Budget(factor=1.0, floor=allowed)
+        self.budget = Budget(factor=1.0, floor=allowed, clock=lambda: 0.0)  # the suite's time held still
         self.selection = Selection(self.budget, memory_bytes, limit)
         self.picked = []
 
@@ -176,6 +176,37 @@ def test_a_budget_of_a_few_checks_takes_every_value_first(allowed):
     assert checks.picked[3:] == ["float32 2-d, int64 1-d, 'sum', 0.0", "float32 2-d, int64 1-d, 'mean', 0.0"][
         :allowed - 3]
     assert len(checks.selection.left_out["loss"]) == 6 - allowed
+
+
+def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
+    """The suite's own time is its wall clock since the plugin started (collection, imports and compiling count:
+    a GPU suite spends most of its time there), less the plugin's own seconds; the budget is factor times that, and
+    at least the floor."""
+    from backward_check.selection import Budget
+    now = [100.0]
+    budget = Budget(factor=1.0, floor=20.0, clock=lambda: now[0])
+    now[0], budget.spent = 150.0, 10.0
+    assert budget.suite_seconds == 40.0 and budget.seconds == 40.0
+    assert budget.allows(30.0) and not budget.allows(31.0)
+    budget.spent = 45.0  # the plugin's time is not the suite's: past it, nothing more
+    assert budget.suite_seconds == 5.0 and budget.seconds == 20.0 and not budget.allows()
+    assert Budget(factor=0.5, floor=1.0, clock=lambda: now[0], started=0.0).seconds == 75.0
+    assert Budget(factor=None, clock=lambda: now[0]).seconds == float("inf")
+
+
+def test_a_slow_collection_counts_as_the_suites_time(tmp_path):
+    """A test file whose import takes two seconds (a library compiling its kernels, say): the table counts them as
+    the suite's own."""
+    (tmp_path / "test_slow_import.py").write_text(
+        "import time\nimport torch\ntime.sleep(2.0)\n\n\n"
+        "class Triple(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        return x * 3\n\n"
+        "    @staticmethod\n    def backward(ctx, grad_output):\n        return grad_output * 3\n\n\n"
+        "def test_triple():\n    Triple.apply(torch.randn(4, requires_grad=True)).sum().backward()\n")
+    code, output = run_pytest(tmp_path, "--backward-check", "test_slow_import.py")
+    assert code == 0, output
+    suite = re.search(r"the plugin took [\d.]+ s beside the suite's own ([\d.]+) s \(a budget of (\d+) s\)", output)
+    assert suite and 2.0 <= float(suite[1]) < 60.0 and suite[2] == "20", output
 
 
 def test_the_tiers_value_dtype_shape_then_combinations():

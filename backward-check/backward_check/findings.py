@@ -68,7 +68,7 @@ class Findings:
     worker_starts: int = 0
     worker_start_seconds: float = 0.0
     faults: int = 0
-    suite_seconds: float = 0.0      # the tests' own
+    suite_seconds: float = 0.0      # the suite's own (its wall clock, less the plugin's)
     plugin_seconds: float = 0.0     # the plugin's: its copies, its worker's start, its checks
     budget_seconds: float = 0.0     # what the budget allowed it (inf: no budget)
     processes: int = 1              # pytest-xdist's workers merged in (1 without xdist)
@@ -205,7 +205,7 @@ def table(findings, accepted, options):
     lines.append(line)
     allowed = "no budget" if findings.budget_seconds == float("inf") else f"a budget of {findings.budget_seconds:.0f} s"
     across = f", across {findings.processes} pytest-xdist workers" if findings.processes > 1 else ""
-    lines.append(f"the plugin took {findings.plugin_seconds:.1f} s beside the tests' own {findings.suite_seconds:.1f} s"
+    lines.append(f"the plugin took {findings.plugin_seconds:.1f} s beside the suite's own {findings.suite_seconds:.1f} s"
                  f" ({allowed}{across})")
     failed_already = options.mode == "fail" and not options.accepting  # a failing test shows its own report
     sections = [(f"{c.op} ({c.arguments}), first called by {c.test}", c.verdict.report.splitlines())
