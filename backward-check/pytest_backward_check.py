@@ -276,10 +276,22 @@ class BackwardCheckSession(Reporting):
         self.budget = Budget(options.budget)
         self.selection = Selection(self.budget, memory_mib * 2 ** 20 / workers, options.limit,
                                    self.claims.others if self.claims else None)
-        self.recorder = Recorder(self.selection.offer, self.selection.withdraw)
+        self.recorder = Recorder(self.offer, self.selection.withdraw)
         self.worker = Worker(options.timeout)
         self.check_seconds = 0.0
         self.recorder.install()
+
+    def pytest_sessionstart(self, session):
+        """The worker process starts now, beside the collection (its start imports torch: seconds), so that the
+        first check does not wait for it."""
+        self.worker.prestart()
+
+    def offer(self, call, copies):
+        """A recorded call, offered to the selection; once a call waits for its check, the worker process starts
+        where none is running (after a fault), so that its start overlaps the rest of the test."""
+        self.selection.offer(call, copies)
+        if self.selection.waiting:
+            self.worker.prestart()
 
     def stop(self):
         self.recorder.uninstall()

@@ -389,3 +389,46 @@ def test_a_call_the_test_expects_to_raise_is_not_checked(tmp_path):
     assert not [r for r in rows if "crashes" in r], rows
     checked = row(output, "picks.Picks")
     assert len(checked) == 1 and "clean" in checked[0] and "test_rows_are_picked" in " ".join(rows), rows
+
+
+# -- the worker process, started while the test that made the first call still runs -------------------------
+
+def doubles_call():
+    from backward_check import worker
+    from backward_check.recording import copy_value, signature_of, RecordedCall
+    args = (torch.randn(3, 4, requires_grad=True), 2.0)
+    signature, described = signature_of(args, {}, {})
+    call = RecordedCall(Doubles, f"{__name__}.Doubles", signature, described, (), "t", 0, copy_value(args), {})
+    return call, worker.job_of(call, ())
+
+
+def test_the_worker_starts_early_and_the_first_check_waits_for_what_is_left():
+    """prestart launches the process and returns at once; the check then waits for it to be ready (the wait is what
+    the table counts) and is checked there, in the one process started."""
+    from backward_check import worker
+    started = worker.Worker(timeout=120.0)
+    try:
+        started.prestart()
+        assert started.process is not None and started.process.is_alive() and not started.ready
+        started.prestart()  # once: the process is there already
+        call, job = doubles_call()
+        verdict, why = started.check(call, job)
+        assert why is None and verdict.status == "clean" and verdict.note == "", verdict
+        assert started.ready and started.starts == 1 and started.restarts == 0
+    finally:
+        started.stop()
+
+
+def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_fault():
+    from backward_check import worker
+    started = worker.Worker(timeout=120.0)
+    try:
+        started.prestart()
+        started.process.kill()
+        started.process.join(10)
+        call, job = doubles_call()
+        verdict, why = started.check(call, job)
+        assert why is None and verdict.status == "clean", verdict
+        assert started.starts == 2 and started.restarts == 0
+    finally:
+        started.stop()

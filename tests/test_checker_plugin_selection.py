@@ -194,6 +194,26 @@ def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
     assert Budget(factor=None, clock=lambda: now[0]).seconds == float("inf")
 
 
+def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
+    """The first check of an op compiles what the checker's calls need (seconds), the later ones find it compiled:
+    with 4 s of budget left after a first check of 7 s and a second of 2 s, a third fits (2 s expected, not 4.5)."""
+    import torch
+    from backward_check.selection import Budget, Selection
+    budget = Budget(factor=1.0, floor=20.0, clock=lambda: 0.0)
+    selection = Selection(budget, 10 ** 9)
+    assert selection.expected_seconds("loss") == 0.0
+    for i, (reduction, seconds) in enumerate([("sum", 7.0), ("mean", 2.0)]):
+        call = loss_call("loss", torch.float32, reduction, f"t{i}")
+        selection.offer(call, lambda: ((), {}))
+        assert selection.next_call(f"t{i}") is call
+        selection.checked_here(call, seconds)
+        assert selection.expected_seconds("loss") == (7.0 if i == 0 else 2.0)
+    budget.spent = 16.0
+    none = loss_call("loss", torch.float32, "none", "t2")
+    selection.offer(none, lambda: ((), {}))
+    assert selection.next_call("t2") is none
+
+
 def test_a_slow_collection_counts_as_the_suites_time(tmp_path):
     """A test file whose import takes two seconds (a library compiling its kernels, say): the table counts them as
     the suite's own."""

@@ -197,9 +197,9 @@ def table(findings, accepted, options):
     ops = len({c.op for c in checked})
     line = (f"{len(checked)} call{'s' if len(checked) != 1 else ''} of {ops} op{'s' if ops != 1 else ''} checked "
             f"in {sum(c.verdict.seconds for c in checked):.1f} s; {failing} with a finding not accepted")
-    if findings.worker_starts:
+    if findings.worker_starts and checked:  # (a worker started with the session, never needed, is not worth a word)
         line += (f"; worker process started {findings.worker_starts} time{'s' if findings.worker_starts > 1 else ''}"
-                 f" ({findings.worker_start_seconds:.1f} s)")
+                 f" ({findings.worker_start_seconds:.1f} s waited for)")
     if findings.faults:
         line += f", again after each of {findings.faults} fault{'s' if findings.faults > 1 else ''}"
     lines.append(line)

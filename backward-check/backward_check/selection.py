@@ -181,9 +181,14 @@ class Selection:
     # -- the checks' side ---------------------------------------------------------------------------
 
     def expected_seconds(self, op):
-        """What a check of op is expected to take: the mean of its checks so far (0 before its first)."""
+        """What a check of op is expected to take: the mean of its checks so far after the first, or the first's
+        (0 before it). The first check of an op compiles what the checker's calls need that the suite's did not
+        (other layouts, float64), often most of its time; the later ones find it compiled."""
         seconds = self.check_seconds.get(op)
-        return sum(seconds) / len(seconds) if seconds else 0.0
+        if not seconds:
+            return 0.0
+        later = seconds[1:] or seconds
+        return sum(later) / len(later)
 
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.

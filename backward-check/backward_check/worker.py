@@ -480,23 +480,40 @@ def unpicklable(call):
 
 
 class Worker(CheckProcess):
-    """The worker process, started when first needed and again after a fault."""
+    """The worker process, started when first needed (or early: prestart) and again after a fault."""
     STARTUP_S = 300.0  # importing torch (and CUDA's start) on a loaded machine
 
     def __init__(self, timeout):
         super().__init__(timeout)
         self.starts = 0
-        self.startup_seconds = 0.0
+        self.startup_seconds = 0.0  # what the suite waited for the worker to be ready
         self.cannot_start = None    # why the worker process could not start, once it could not
+        self.ready = False
+
+    def _launch_worker(self):
+        self._launch(multiprocessing.get_context("spawn"), serve)
+        self.starts += 1
+        self.ready = False
+
+    def prestart(self):
+        """Starts the worker process without waiting for it (the suite has just recorded its first call: a check
+        is coming), so that its start (importing torch, seconds) overlaps the test instead of delaying the check;
+        the first check waits for what is left of it."""
+        if self.process is None and not self.cannot_start:
+            try:
+                self._launch_worker()
+            except Exception:  # noqa: BLE001  (tried again, and said why, at the first check)
+                self._forget()
 
     def _start(self):
         start = time.perf_counter()
-        self._launch(multiprocessing.get_context("spawn"), serve)
-        self.starts += 1
+        if self.process is None:
+            self._launch_worker()
         try:
             if not self.connection.poll(self.STARTUP_S):
                 raise TimeoutError
             self.connection.recv()  # ("ready", None)
+            self.ready = True
         except (EOFError, OSError, TimeoutError):
             tail = self._log_tail()
             self._lost()
@@ -528,8 +545,11 @@ class Worker(CheckProcess):
         if self.cannot_start:
             return None, self.cannot_start
         if self.process is not None and not self.process.is_alive():
-            self._lost()  # it died between checks, of nothing this op did
-        if self.process is None:
+            if self.ready:
+                self._lost()  # it died between checks, of nothing this op did
+            else:
+                self._forget()  # it died while starting early: started again below, where a failure says why
+        if self.process is None or not self.ready:
             try:
                 self._start()
             except WorkerFailed as error:
