@@ -47,7 +47,7 @@ def pytest_addoption(parser):
     group.addoption("--backward-check-budget", dest="backward_check_budget", default="1", metavar="FACTOR|all",
                     help="the plugin's time (its copies, its worker's start, its checks) as a multiple of the suite's "
                          "own time so far (the wall clock since the plugin started, less its own), and at least "
-                         "20 s; signatures past it are left out, the most revealing checked first (default: 1, so "
+                         "60 s; signatures past it are left out, the most revealing checked first (default: 1, so "
                          "the run takes about twice the suite's time); all: check every signature")
     group.addoption("--backward-check-limit", dest="backward_check_limit", type=int, default=None, metavar="N",
                     help="check at most N signatures per op (default: no limit, only the budget)")
