@@ -432,3 +432,49 @@ def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_faul
         assert started.starts == 2 and started.restarts == 0
     finally:
         started.stop()
+
+
+# -- a worker started with the session imports what pytest put on sys.path later ----------------------------------
+
+HELPER_OPS = '''
+import torch
+
+
+class ForgetsGradOutput(torch.autograd.Function):  # the planted bug: the chain rule's grad_output left out
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return 2 * x
+'''
+
+HELPER_TESTS = '''
+import torch
+
+from helper_ops import ForgetsGradOutput
+
+
+def test_squares():
+    x = torch.randn(4, 5, requires_grad=True)
+    ForgetsGradOutput.apply(x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+'''
+
+
+def test_an_op_beside_the_tests_is_imported_by_the_worker_started_before_collection(tmp_path):
+    """The worker starts as the session does, before pytest collects tests/ and puts that folder on sys.path (its
+    default import mode, for a folder without __init__.py). The op lives there, in a helper module the test imports:
+    the worker must find it as the suite does, and check it itself, not leave it to a fallback."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "helper_ops.py").write_text(HELPER_OPS)
+    (tests / "test_helper.py").write_text(HELPER_TESTS)
+    code, output = run_pytest(tmp_path, "--backward-check", "tests/test_helper.py")
+    assert code == 0 and "1 passed" in output, output
+    assert "cannot import" not in output and "forked" not in output, output
+    checked = row(output, "helper_ops.ForgetsGradOutput")
+    assert len(checked) == 1 and "TRAP ignores grad_output" in checked[0], output

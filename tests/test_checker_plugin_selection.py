@@ -16,6 +16,8 @@ import sys
 import pytest
 from plugin_runs import row, run_pytest
 
+from backward_check.selection import BUDGET_FLOOR_SECONDS
+
 LOSSES = '''
 import torch
 
@@ -102,13 +104,28 @@ def test_the_default_options_name_the_bug_in_none(tmp_path):
     code, output = run_suite(tmp_path)
     assert code == 0, output
     rows = row(output, "losses.CrossEntropy", whole=True)
+    checked = [r for r in rows if r.startswith("  ") and not r.startswith(("   ", "  ("))]
     none = [r for r in rows if "'none'" in r]
+    if not none:
+        skip_where_the_machine_is_too_slow_for_the_floor(checked, rows)
     assert none and all("TRAP assumes a uniform grad_output" in r for r in none), rows
     assert not [r for r in rows if ("'sum'" in r or "'mean'" in r) and "TRAP" in r], rows
     # every signature is checked, or counted left out (on a slow machine the budget's floor may not hold six)
-    checked = [r for r in rows if r.startswith("  ") and not r.startswith(("   ", "  ("))]
     left_out = re.search(r"^  \((\d+) more signatures? not checked: ", "\n".join(rows), re.M)
     assert len(checked) + (int(left_out[1]) if left_out else 0) == 6, rows
+
+
+def skip_where_the_machine_is_too_slow_for_the_floor(checked, rows):
+    """The time budget's floor (a minute) holds this suite's three reductions where a check of its 3 x 20 loss takes
+    a second or two. On a machine so loaded that the checks which ran took half the floor, 'none' is rightly left
+    out past the budget (an H200 running the repository's other GPU parts beside 10 test workers took 22 s a
+    check): that is the budget working, so the test is skipped there, with the seconds, not failed. The order it
+    checks in is tested without a clock below."""
+    seconds = [float(found[-1]) for r in checked if (found := re.findall(r"\s(\d+\.\d)\s{2}\S", r))]
+    past_the_budget = "past the time budget" in "\n".join(rows)
+    if past_the_budget and sum(seconds) >= BUDGET_FLOOR_SECONDS / 2:
+        pytest.skip(f"this machine took {', '.join(f'{s:.1f}' for s in seconds)} s for the checks that ran, "
+                    f"against a floor of {BUDGET_FLOOR_SECONDS:.0f} s: 'none' was left out past the time budget")
 
 
 def test_a_value_not_yet_checked_goes_before_a_dtype(tmp_path):

@@ -289,6 +289,7 @@ def serve(connection, log_path):
             return
         try:  # the op's module, and the classes of its arguments, imported here
             sent = torch.load(io.BytesIO(payload), weights_only=False)
+            _find_modules_as_the_suite_does(sent["path"], sent["cwd"])
             op = _imported(*sent["reference"])
         except Exception as error:  # noqa: BLE001
             connection.send(("cannot import", f"{type(error).__name__}: {error}"))
@@ -305,6 +306,25 @@ def serve_one(connection, log_path, op, job):
     torch.set_num_threads(1)  # the parent's OpenMP threads are not the child's: one thread cannot wait on them
     _announcing(connection)
     connection.send(("done", _checked(op, job)[0]))
+
+
+def _find_modules_as_the_suite_does(path, cwd):
+    """The suite's sys.path and working folder as they are now, not as they were when this process started: a worker
+    started with the session, before collection, has not seen the folders pytest puts on sys.path as it collects (a
+    test's rootdir, where its helper modules and their Functions are)."""
+    if sys.path != path:
+        sys.path[:] = path
+        importlib.invalidate_caches()  # folders whose files appeared since this process last looked
+    with contextlib.suppress(OSError):
+        if cwd is not None and os.getcwd() != cwd:
+            os.chdir(cwd)
+
+
+def _working_folder():
+    try:
+        return os.getcwd()
+    except OSError:  # removed under the suite's feet
+        return None
 
 
 def _imported(module, qualname):
@@ -539,7 +559,8 @@ class Worker(CheckProcess):
             return None, f"{why}, so a worker process cannot import it"
         buffer = io.BytesIO()
         try:
-            torch.save({"reference": reference, "job": job}, buffer)
+            torch.save({"reference": reference, "job": job, "path": list(sys.path), "cwd": _working_folder()},
+                       buffer)
         except Exception:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
             return None, unpicklable(call)
         if self.cannot_start:
