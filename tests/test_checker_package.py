@@ -138,9 +138,14 @@ def test_the_package_holds_the_checker_alone(installed):
     assert sorted(r.name for r in tested) == ["pytest", "triton"], metadata.requires
     plugins = [e for e in metadata.entry_points if e.group == "pytest11"]
     assert [(e.name, e.value) for e in plugins] == [("pytest_backward_check", "pytest_backward_check")]
+    # Nothing of the repository's is reached through sys.path: the package never adds a folder to it. (The worker
+    # takes on the suite's own sys.path, as it is at each check, so that it imports the suite's ops as the suite does.)
     for path in [*(installed / "backward_check").glob("*.py"), installed / "pytest_backward_check.py"]:
         text = path.read_text()
-        assert "hardened_ops" not in text.replace("hardened_ops.py", "") and "sys.path" not in text, path.name
+        assert "hardened_ops" not in text.replace("hardened_ops.py", ""), path.name
+        assert not re.search(r"sys\.path\.(insert|append|extend)|sys\.path \+=", text), path.name
+        writes = re.findall(r"^\s*sys\.path\b.*=.*$", text, flags=re.M)
+        assert writes == ([] if path.name != "worker.py" else ["        sys.path[:] = path"]), (path.name, writes)
 
 
 def files_under(folder):
