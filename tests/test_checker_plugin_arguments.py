@@ -8,7 +8,7 @@ skipped where the suite's process holds a CUDA context: each with a note saying 
 """
 import pytest
 import torch
-from plugin_runs import row, run_pytest, suite_holds_cuda
+from plugin_runs import row, run_pytest, suite_holds_cuda, write_suite
 
 OPS = '''
 import enum
@@ -436,31 +436,15 @@ def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_faul
 
 # -- a worker started with the session imports what pytest put on sys.path later ----------------------------------
 
-HELPER_OPS = '''
-import torch
-
-
-class ForgetsGradOutput(torch.autograd.Function):  # the planted bug: the chain rule's grad_output left out
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return 2 * x
-'''
-
 HELPER_TESTS = '''
 import torch
 
-from helper_ops import ForgetsGradOutput
+from suite_ops import IgnoresGradOutput
 
 
 def test_squares():
     x = torch.randn(4, 5, requires_grad=True)
-    ForgetsGradOutput.apply(x).sum().backward()
+    IgnoresGradOutput.apply(x).sum().backward()   # grad_output of ones: the bug passes here
     torch.testing.assert_close(x.grad, 2 * x.detach())
 '''
 
@@ -471,10 +455,9 @@ def test_an_op_beside_the_tests_is_imported_by_the_worker_started_before_collect
     the worker must find it as the suite does, and check it itself, not leave it to a fallback."""
     tests = tmp_path / "tests"
     tests.mkdir()
-    (tests / "helper_ops.py").write_text(HELPER_OPS)
-    (tests / "test_helper.py").write_text(HELPER_TESTS)
+    write_suite(tests, HELPER_TESTS, name="test_helper.py")  # the ops module beside the test, in tests/
     code, output = run_pytest(tmp_path, "--backward-check", "tests/test_helper.py")
     assert code == 0 and "1 passed" in output, output
     assert "cannot import" not in output and "forked" not in output, output
-    checked = row(output, "helper_ops.ForgetsGradOutput")
+    checked = row(output, "suite_ops.IgnoresGradOutput")
     assert len(checked) == 1 and "TRAP ignores grad_output" in checked[0], output
