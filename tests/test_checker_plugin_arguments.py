@@ -461,3 +461,86 @@ def test_an_op_beside_the_tests_is_imported_by_the_worker_started_before_collect
     assert "cannot import" not in output and "forked" not in output, output
     checked = row(output, "suite_ops.IgnoresGradOutput")
     assert len(checked) == 1 and "TRAP ignores grad_output" in checked[0], output
+
+
+# -- what the worker is sent: a file it maps, or bytes where no folder has room -------------------------------------
+
+def parcel_files():
+    import glob
+    import tempfile
+    return {path for folder in ("/dev/shm", tempfile.gettempdir())
+            for path in glob.glob(f"{folder}/backward-check-call-*.pt")}
+
+
+def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_changes_nothing_else():
+    """The copies go to the worker in a file it maps (no copy through the pipe); the mapping is private, so an op
+    that writes into its input changes neither the file nor the suite's copies."""
+    from backward_check import worker
+    from backward_check.recording import copy_value, restore_value
+    import os
+    x = torch.randn(300, 200)
+    copies = copy_value((x, 2.0))
+    before = parcel_files()
+    parcel = worker.parcel_of({"job": copies}, x.nbytes)
+    try:
+        if os.name != "posix":
+            assert parcel[0] == "bytes"
+            return
+        assert parcel[0] == "file" and parcel[1] in parcel_files() - before, parcel
+        received = restore_value(worker.unpacked(*parcel)["job"])
+        torch.testing.assert_close(received[0], x, rtol=0, atol=0)
+        assert received[1] == 2.0
+        received[0].mul_(-1)  # the op's write, in the worker
+        again = restore_value(worker.unpacked(*parcel)["job"])[0]
+        torch.testing.assert_close(again, x, rtol=0, atol=0)
+        torch.testing.assert_close(restore_value(copies)[0], x, rtol=0, atol=0)
+    finally:
+        worker.remove_parcel(parcel)
+    assert parcel_files() == before
+
+
+def test_where_no_folder_has_room_the_parcel_is_bytes(monkeypatch):
+    from backward_check import worker
+    from backward_check.recording import copy_value, restore_value
+    monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [])
+    x = torch.randn(30, 20)
+    kind, value = parcel = worker.parcel_of({"job": copy_value((x,))}, x.nbytes)
+    assert kind == "bytes" and isinstance(value, bytes)
+    torch.testing.assert_close(restore_value(worker.unpacked(*parcel)["job"])[0], x, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(__import__("os").name != "posix", reason="parcels are files only where POSIX removes a mapped file")
+def test_a_folder_without_room_for_twice_the_parcel_is_passed_over(monkeypatch):
+    """A container's /dev/shm is often 64 MiB: a parcel of half a GiB goes to the temporary folder instead, or, where
+    no folder has room for twice it, through the pipe."""
+    import shutil
+    import tempfile
+    from backward_check import worker
+    real = shutil.disk_usage
+    assert tempfile.gettempdir() in worker._folders_for_parcels(10 ** 6)
+    monkeypatch.setattr(worker.shutil, "disk_usage",
+                        lambda folder: real(folder)._replace(free=64 * 2 ** 20 if folder == "/dev/shm" else 10 ** 12))
+    assert worker._folders_for_parcels(512 * 2 ** 20) == [tempfile.gettempdir()]
+    monkeypatch.setattr(worker.shutil, "disk_usage", lambda folder: real(folder)._replace(free=3 * 10 ** 6))
+    assert worker._folders_for_parcels(10 ** 6) == []
+
+
+def test_a_parcel_pickle_refuses_raises_and_leaves_no_file():
+    from backward_check import worker
+    before = parcel_files()
+    with pytest.raises(Exception):
+        worker.parcel_of({"job": (torch.randn(3), lambda v: v)}, 12)
+    assert parcel_files() == before
+
+
+def test_a_check_in_the_worker_leaves_no_parcel_behind():
+    from backward_check import worker
+    started = worker.Worker(timeout=120.0)
+    before = parcel_files()
+    try:
+        call, job = doubles_call()
+        verdict, why = started.check(call, job)
+        assert why is None and verdict.status == "clean", verdict
+    finally:
+        started.stop()
+    assert parcel_files() == before

@@ -1,7 +1,8 @@
 """Where the pytest plugin's checks run: in a worker process of their own (multiprocessing, "spawn"), so that an
 op whose fault kills its process (a segfault, an abort) or poisons its CUDA context (an illegal memory access)
 takes down the worker, never the test suite. The worker is sent the op as an importable reference (module and
-qualname) and the recorded arguments as torch.save bytes; it tells the parent each call the checker is about to
+qualname) and the recorded arguments in a file torch.save wrote (in shared memory where the machine has it), which
+it maps rather than copies; it tells the parent each call the checker is about to
 make of the op (calling.LISTENERS), so a death is reported as the op's fault in the call that provoked it. A fresh
 worker is started after a fault.
 
@@ -24,6 +25,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -282,13 +284,13 @@ def serve(connection, log_path):
     connection.send(("ready", None))
     while True:
         try:
-            payload = connection.recv_bytes()
+            parcel = connection.recv()
         except (EOFError, OSError):  # the suite is gone
             return
-        if not payload:
+        if parcel is None:
             return
         try:  # the op's module, and the classes of its arguments, imported here
-            sent = torch.load(io.BytesIO(payload), weights_only=False)
+            sent = unpacked(*parcel)
             _find_modules_as_the_suite_does(sent["path"], sent["cwd"])
             op = _imported(*sent["reference"])
         except Exception as error:  # noqa: BLE001
@@ -306,6 +308,58 @@ def serve_one(connection, log_path, op, job):
     torch.set_num_threads(1)  # the parent's OpenMP threads are not the child's: one thread cannot wait on them
     _announcing(connection)
     connection.send(("done", _checked(op, job)[0]))
+
+
+def parcel_of(sent, nbytes):
+    """What the worker is sent of a check (sent: torch.save's to take; nbytes: about what its tensors hold): ("file",
+    the path of a file torch.save wrote it to), which the worker maps instead of receiving its bytes through the pipe
+    and copying them again (a second or more for the half GiB of a large loss's logits), in the machine's shared
+    memory where it has room; else ("bytes", what torch.save wrote). Raises what torch.save raises of an argument
+    pickle refuses."""
+    for folder in _folders_for_parcels(nbytes):
+        try:
+            handle, path = tempfile.mkstemp(prefix="backward-check-call-", suffix=".pt", dir=folder)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(handle, "wb") as out:
+                torch.save(sent, out)
+            return "file", path
+        except Exception:  # noqa: BLE001  (a full disk, or pickle's refusal: the bytes below tell which)
+            remove_parcel(("file", path))
+            break
+    buffer = io.BytesIO()
+    torch.save(sent, buffer)
+    return "bytes", buffer.getvalue()
+
+
+def _folders_for_parcels(nbytes):
+    """Where a parcel of about nbytes may be written: shared memory (/dev/shm, no disk behind it), then the temporary
+    folder, each where it has room for twice that; none where the platform cannot remove a file another process
+    maps (Windows)."""
+    if os.name != "posix":
+        return []
+    folders = [folder for folder in dict.fromkeys(("/dev/shm", tempfile.gettempdir())) if os.path.isdir(folder)]
+    fits = []
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            if os.access(folder, os.W_OK) and shutil.disk_usage(folder).free > 2 * nbytes + 2 ** 20:
+                fits.append(folder)
+    return fits
+
+
+def unpacked(kind, value):
+    """parcel_of undone, in the worker: a file mapped (its tensors read from the pages the suite wrote; the mapping
+    is private, so an op that writes into them changes nothing else), or bytes loaded."""
+    if kind == "file":
+        return torch.load(value, weights_only=False, mmap=True)
+    return torch.load(io.BytesIO(value), weights_only=False)
+
+
+def remove_parcel(parcel):
+    if parcel is not None and parcel[0] == "file":
+        with contextlib.suppress(OSError):
+            os.remove(parcel[1])
 
 
 def _find_modules_as_the_suite_does(path, cwd):
@@ -545,7 +599,7 @@ class Worker(CheckProcess):
         if self.process is None:
             return
         with contextlib.suppress(Exception):
-            self.connection.send_bytes(b"")
+            self.connection.send(None)
         self.process.join(5)
         if self.process.is_alive():
             self.process.kill()
@@ -557,14 +611,20 @@ class Worker(CheckProcess):
         reference, why = importable_reference(call.op)
         if reference is None:
             return None, f"{why}, so a worker process cannot import it"
-        buffer = io.BytesIO()
-        try:
-            torch.save({"reference": reference, "job": job, "path": list(sys.path), "cwd": _working_folder()},
-                       buffer)
-        except Exception:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
-            return None, unpicklable(call)
         if self.cannot_start:
             return None, self.cannot_start
+        try:
+            parcel = parcel_of({"reference": reference, "job": job, "path": list(sys.path), "cwd": _working_folder()},
+                               call.nbytes)
+        except Exception:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
+            return None, unpicklable(call)
+        try:
+            return self._sent(parcel)
+        finally:
+            remove_parcel(parcel)
+
+    def _sent(self, parcel):
+        """The answer to parcel, from the worker process, started here where it is not running."""
         if self.process is not None and not self.process.is_alive():
             if self.ready:
                 self._lost()  # it died between checks, of nothing this op did
@@ -578,11 +638,10 @@ class Worker(CheckProcess):
                 return None, self.cannot_start
         start = time.perf_counter()
         try:
-            self.connection.send_bytes(buffer.getvalue())
+            self.connection.send(parcel)
         except (OSError, ConnectionError):
             return self._fault("the worker process died as the check was sent", "the worker process died as "
                                "the check was sent; the suite went on", 0.0), None
-        del buffer
         return self._answer(start)
 
 

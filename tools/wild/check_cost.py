@@ -1,0 +1,132 @@
+"""
+Where one plugin check of a large op spends its time
+====================================================
+
+The pytest plugin's cost on a suite of large ops is its checks: each recorded call's arguments are copied (the
+recording), handed to the worker process, and checked there. This tool times each stage of that, stage by stage,
+on Liger-Kernel's cross entropy (its 0.5.8 release, as tools/wild/suites.py --download puts it in .wild-suites)
+called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reduction 'none' and 'sum':
+
+  - the recording's copy onto the CPU, and for comparison the same into pinned memory;
+  - the parcel the worker is sent: a file it maps (worker.parcel_of), or bytes through the pipe, as the worker
+    received them before;
+  - the check in this process, with the finite-difference directions held in GPU memory (truth.room_for_directions)
+    and drawn again for every gradient judged (as before), each twice: the second run of each is the A/A control;
+  - the whole round trip through a worker process, with a file and with bytes.
+
+    python3 tools/wild/check_cost.py [--log PATH] [--rows N]     # a CUDA GPU; the log is also printed
+
+Exit status: 0 done; 2 no CUDA GPU, or the release not downloaded.
+"""
+import argparse
+import io
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = REPO / ".wild-suites" / "liger-kernel-0.5.8" / "site"
+sys.path[:0] = [str(REPO / "backward-check"), str(REPO / "tools"), str(SITE)]
+
+
+def seconds(fn):
+    """fn() and the seconds it took, the GPU's work included."""
+    import torch
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log", type=Path, help="also write the log here")
+    parser.add_argument("--rows", type=int, default=8192, help="rows of the logits (default 8192)")
+    options = parser.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        print("check_cost.py: no CUDA GPU; it times a Triton kernel on one", file=sys.stderr)
+        return 2
+    if not SITE.is_dir():
+        print(f"check_cost.py: {SITE.relative_to(REPO)} is missing; run tools/wild/suites.py --download first",
+              file=sys.stderr)
+        return 2
+    import stamp
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    from backward_check import truth, worker
+    from backward_check.recording import RecordedCall, copy_value, restore_value, signature_of
+
+    lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+             f"GPU: {torch.cuda.get_device_name()}", f"command: python3 tools/wild/check_cost.py --rows {options.rows}",
+             "seconds of each stage, for one recorded call of LigerCrossEntropyFunction (liger-kernel 0.5.8) on "
+             f"({options.rows}, 32000) bfloat16 logits"]
+
+    def say(line):
+        lines.append(line)
+        print(line, flush=True)
+
+    for line in lines:
+        print(line)
+    held_room = truth.room_for_directions
+    for reduction in ("none", "sum"):
+        torch.manual_seed(0)
+        logits = torch.randn(options.rows, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        target = torch.randint(0, 32000, (options.rows,), device="cuda")
+        args = (logits, target, None, -100, 0.0, 0.0, reduction, None, False)
+        say(f"\nreduction {reduction!r}")
+        # The recording's copy, and the same into pinned memory (a comparison only: the plugin copies as above).
+        copies, took = seconds(lambda: copy_value(args))
+        say(f"  record: copy onto the CPU                          {took:6.2f}")
+        pinned = [seconds(lambda: torch.empty(logits.shape, dtype=logits.dtype, pin_memory=True)
+                          .copy_(logits.detach()))[1] for _ in range(2)]
+        say(f"  (into pinned memory, for comparison: {pinned[0]:.2f}, again {pinned[1]:.2f})")
+        # The parcel: a file the worker maps, or bytes.
+        sent = {"job": copies}
+        nbytes = logits.numel() * logits.element_size()
+        parcel, took = seconds(lambda: worker.parcel_of(sent, nbytes))
+        say(f"  parcel: written to a file ({parcel[0]} in {os.path.dirname(parcel[1]) if parcel[0] == 'file' else '-'})"
+            f"  {took:6.2f}")
+        received, took = seconds(lambda: restore_value(worker.unpacked(*parcel)["job"]))
+        say(f"  parcel: mapped and put on the GPU                  {took:6.2f}")
+        worker.remove_parcel(parcel)
+        buffer, took = seconds(lambda: (lambda b: (torch.save(sent, b), b.getvalue())[1])(io.BytesIO()))
+        say(f"  bytes (before): torch.save into memory             {took:6.2f}")
+        received, took = seconds(lambda: restore_value(torch.load(io.BytesIO(buffer), weights_only=False)["job"]))
+        say(f"  bytes (before): loaded and put on the GPU          {took:6.2f}")
+        del buffer, received
+        # The check in this process: directions held, then drawn again each time (before), each twice.
+        signature, described = signature_of(args, {}, {})
+        name = "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction"
+        call = RecordedCall(LigerCrossEntropyFunction, name, signature, described, (), "t", nbytes, copies, {})
+        job = worker.job_of(call, ())
+        worker.check_call(LigerCrossEntropyFunction, job, restore_value(copies), {})  # compiles the new layouts
+        for label, room in (("directions held", held_room), ("directions drawn again (before)", lambda d: 0)):
+            truth.room_for_directions = room
+            for run in (1, 2):
+                verdict, took = seconds(lambda: worker.check_call(LigerCrossEntropyFunction, job,
+                                                                  restore_value(copies), {}))
+                say(f"  check here, {label}, run {run}: {took:6.2f}  {verdict.summary[:90]}")
+        truth.room_for_directions = held_room
+        # The round trip through a worker process: a file, then bytes.
+        started = worker.Worker(timeout=600.0)
+        folders = worker._folders_for_parcels
+        try:
+            started.check(call, job)  # starts it, and compiles there
+            for label, where in (("a file", folders), ("bytes (before)", lambda n: [])):
+                worker._folders_for_parcels = where
+                for run in (1, 2):
+                    (verdict, why), took = seconds(lambda: started.check(call, job))
+                    say(f"  worker round trip, {label}, run {run}: {took:6.2f}  {why or verdict.summary[:70]}")
+        finally:
+            worker._folders_for_parcels = folders
+            started.stop()
+    if options.log:
+        options.log.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
