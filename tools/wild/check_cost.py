@@ -12,7 +12,9 @@ called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reductio
     received them before;
   - the check in this process, with the finite-difference directions held in GPU memory (truth.room_for_directions)
     and drawn again for every gradient judged (as before), each twice: the second run of each is the A/A control;
-  - the whole round trip through a worker process, with a file and with bytes.
+  - the whole round trip through a worker process, with a file and with bytes;
+  - the round trip with the worker's kernel launches waiting for each kernel (CUDA_LAUNCH_BLOCKING=1, as the worker
+    runs unless the suite set it) and not, for that call and for a small op (hardened_ops.TritonGELU on 3 x 20).
 
     python3 tools/wild/check_cost.py [--log PATH] [--rows N]     # a CUDA GPU; the log is also printed
 
@@ -27,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / ".wild-suites" / "liger-kernel-0.5.8" / "site"
-sys.path[:0] = [str(REPO / "backward-check"), str(REPO / "tools"), str(SITE)]
+sys.path[:0] = [str(REPO), str(REPO / "backward-check"), str(REPO / "tools"), str(SITE)]
 
 
 def seconds(fn):
@@ -38,6 +40,31 @@ def seconds(fn):
     result = fn()
     torch.cuda.synchronize()
     return result, time.perf_counter() - start
+
+
+def launches(call, job, say):
+    """Round trips of call through a worker whose launches wait for each kernel (the default) and one whose do not,
+    alternately, twice each (after one round trip that starts both and compiles)."""
+    from backward_check import worker
+    was = os.environ.get("CUDA_LAUNCH_BLOCKING")
+    workers = {}
+    try:
+        for blocking in ("1", "0"):
+            os.environ["CUDA_LAUNCH_BLOCKING"] = blocking  # the worker sets it only where the suite has not
+            workers[blocking] = worker.Worker(timeout=600.0)
+            workers[blocking].check(call, job)
+        for run in (1, 2):
+            for blocking, started in workers.items():
+                (verdict, why), took = seconds(lambda: started.check(call, job))
+                say(f"    {call.name.split('.')[-1]}, CUDA_LAUNCH_BLOCKING={blocking}, run {run}: {took:6.2f}  "
+                    f"{why or verdict.summary[:60]}")
+    finally:
+        for started in workers.values():
+            started.stop()
+        if was is None:
+            os.environ.pop("CUDA_LAUNCH_BLOCKING", None)
+        else:
+            os.environ["CUDA_LAUNCH_BLOCKING"] = was
 
 
 def main():
@@ -123,6 +150,15 @@ def main():
         finally:
             worker._folders_for_parcels = folders
             started.stop()
+        if reduction == "none":
+            say("  launches: the worker's waiting for each kernel (CUDA_LAUNCH_BLOCKING=1) against not")
+            launches(call, job, say)
+            small = torch.randn(3, 20, device="cuda", requires_grad=True)
+            from hardened_ops import TritonGELU
+            signature, described = signature_of((small,), {}, {})
+            tiny = RecordedCall(TritonGELU, "hardened_ops.TritonGELU", signature, described, (), "t", small.nbytes,
+                                copy_value((small,)), {})
+            launches(tiny, worker.job_of(tiny, ()), say)
     if options.log:
         options.log.write_text("\n".join(lines) + "\n")
     return 0
