@@ -144,15 +144,15 @@ def test_past_the_call_budget_finite_differences_go_along_random_directions():
 
 
 def test_directions_made_again_judge_as_directions_held(monkeypatch):
-    """Twelve directions of a large input are more memory than the input: past room_for_directions they are
-    drawn again from their streams each time a gradient is judged along them, never held. The verdicts are the
+    """Twelve directions of a large input are more memory than the input: past KEPT_ELEMENTS they are drawn
+    again from their streams each time a gradient is judged along them, never held. The verdicts are the
     same as with the directions held."""
     from backward_check import truth
     big = seeded_randn(300, 400, seed=5)
     right = one_input(torch.tanh, lambda x, g: g * (1 - torch.tanh(x) ** 2), "TanhBig")
     no_chain = one_input(torch.tanh, lambda x, g: 1 - torch.tanh(x) ** 2, "TanhNoChainRuleBig")
     held = [check_backward(op, big) for op in (right, no_chain)]
-    monkeypatch.setattr(truth, "room_for_directions", lambda device: 0)
+    monkeypatch.setattr(truth, "KEPT_ELEMENTS", 0)
     again = [check_backward(op, big) for op in (right, no_chain)]
     assert [r.traps for r in held] == [r.traps for r in again] == [[], ["ignores grad_output"]], \
         "\n".join(map(str, held + again))

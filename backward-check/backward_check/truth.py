@@ -53,20 +53,8 @@ SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks'
 # directions span the whole input, some only its first block, some only its last (ragged) block.
 DIRECTIONS = {"every element": 8, "the first block": 2, "the last block": 2}
 # The directions as the op saw them are held while they take at most this many elements together (a quarter
-# of a GiB in float64), or on a GPU up to KEPT_SHARE_OF_FREE of its free memory, and made again from their streams
-# each time past that: on a large input, drawing them again for every gradient judged is most of a check's time.
-# Held or made again, they are the same values, so the verdict never depends on the memory.
+# of a GiB in float64), and made again from their streams each time past that.
 KEPT_ELEMENTS = 1 << 25
-KEPT_SHARE_OF_FREE = 0.25
-
-
-def room_for_directions(device):
-    """How many float64 elements the directions held on device may take together."""
-    room = KEPT_ELEMENTS
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        room = max(room, int(free * KEPT_SHARE_OF_FREE) // 8)
-    return room
 # How many times the reference's own rounding (in the op's dtype, or under TF32 operands) the op may be off:
 # the same computation in another order (atomic adds, a fused kernel) rounds differently, not worse by more.
 ROUNDING_TIMES = 8
@@ -749,7 +737,7 @@ class RandomDirections:
     own (so the same direction comes back every time); as an Expected's indices entry, what is known of a
     gradient checked along them is its inner product with each direction the op saw (after its dtype's
     rounding), for the directions kept (those whose steps straddle no kink). The directions as the op saw
-    them are kept while they fit in room_for_directions, and made again past that."""
+    them are kept while they take at most KEPT_ELEMENTS elements together, and made again past that."""
 
     def __init__(self, differences, i, scale, plan):
         self.differences, self.i, self.scale, self.plan = differences, i, scale, plan
@@ -786,7 +774,7 @@ class RandomDirections:
     def keep(self, kept, step):
         self.kept, self.step = kept, step
         self._seen = {}
-        if len(kept) * self.scale.numel() <= room_for_directions(self.scale.device):
+        if len(kept) * self.scale.numel() <= KEPT_ELEMENTS:
             self._seen = {k: self.seen(k) for k in kept}
 
     def seen(self, k):

@@ -10,8 +10,7 @@ called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reductio
   - the recording's copy onto the CPU, and for comparison the same into pinned memory;
   - the parcel the worker is sent: a file it maps (worker.parcel_of), or bytes through the pipe, as the worker
     received them before;
-  - the check in this process, with the finite-difference directions held in GPU memory (truth.room_for_directions)
-    and drawn again for every gradient judged (as before), each twice: the second run of each is the A/A control;
+  - the check in this process, twice (the second run is the A/A control);
   - the whole round trip through a worker process, with a file and with bytes;
   - the round trip with the worker's kernel launches waiting for each kernel (CUDA_LAUNCH_BLOCKING=1, as the worker
     runs unless the suite set it) and not, for that call and for a small op (hardened_ops.TritonGELU on 3 x 20).
@@ -83,7 +82,7 @@ def main():
         return 2
     import stamp
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-    from backward_check import truth, worker
+    from backward_check import worker
     from backward_check.recording import RecordedCall, copy_value, restore_value, signature_of
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
@@ -97,7 +96,6 @@ def main():
 
     for line in lines:
         print(line)
-    held_room = truth.room_for_directions
     for reduction in ("none", "sum"):
         torch.manual_seed(0)
         logits = torch.randn(options.rows, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -124,19 +122,16 @@ def main():
         received, took = seconds(lambda: restore_value(torch.load(io.BytesIO(buffer), weights_only=False)["job"]))
         say(f"  bytes (before): loaded and put on the GPU          {took:6.2f}")
         del buffer, received
-        # The check in this process: directions held, then drawn again each time (before), each twice.
+        # The check in this process, twice.
         signature, described = signature_of(args, {}, {})
         name = "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction"
         call = RecordedCall(LigerCrossEntropyFunction, name, signature, described, (), "t", nbytes, copies, {})
         job = worker.job_of(call, ())
         worker.check_call(LigerCrossEntropyFunction, job, restore_value(copies), {})  # compiles the new layouts
-        for label, room in (("directions held", held_room), ("directions drawn again (before)", lambda d: 0)):
-            truth.room_for_directions = room
-            for run in (1, 2):
-                verdict, took = seconds(lambda: worker.check_call(LigerCrossEntropyFunction, job,
-                                                                  restore_value(copies), {}))
-                say(f"  check here, {label}, run {run}: {took:6.2f}  {verdict.summary[:90]}")
-        truth.room_for_directions = held_room
+        for run in (1, 2):
+            verdict, took = seconds(lambda: worker.check_call(LigerCrossEntropyFunction, job, restore_value(copies),
+                                                              {}))
+            say(f"  check here, run {run}: {took:6.2f}  {verdict.summary[:90]}")
         # The round trip through a worker process: a file, then bytes.
         started = worker.Worker(timeout=600.0)
         folders = worker._folders_for_parcels
