@@ -69,9 +69,10 @@ FAULTING_SCRIPT = textwrap.dedent('''
         def backward(ctx, grad_output):
             x, = ctx.saved_tensors
             out = torch.empty_like(x)
-            # BUG (planted): a stride of 0 is taken for "unset", and a huge sentinel stride read instead
-            stride = grad_output.stride(-1) or (1 << 28)
+            # BUG (planted): a stride of 0 is taken for "unset", and a huge sentinel stride read instead. Any
+            # other grad_output is read right: contiguous, with the stride of the tensor the kernel reads.
             g = grad_output if grad_output.stride(-1) == 0 else grad_output.contiguous()
+            stride = g.stride(-1) or (1 << 28)
             square_backward[(triton.cdiv(x.numel(), 1024),)](g, x, out, x.numel(), stride, BLOCK=1024)
             torch.cuda.synchronize()
             return out

@@ -464,29 +464,32 @@ def test_an_op_beside_the_tests_is_imported_by_the_worker_started_before_collect
 
 
 # -- what the worker is sent: a file it maps, or bytes where no folder has room -------------------------------------
+# Each test writes its parcels into a folder of its own: other tests' plugin runs (under pytest-xdist) write and
+# remove theirs in /dev/shm at the same time.
 
-def parcel_files():
-    import glob
-    import tempfile
-    return {path for folder in ("/dev/shm", tempfile.gettempdir())
-            for path in glob.glob(f"{folder}/backward-check-call-*.pt")}
+def parcel_files(folder):
+    return sorted(folder.glob("backward-check-call-*.pt"))
 
 
-def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_changes_nothing_else():
+@pytest.fixture
+def parcels_here(monkeypatch, tmp_path):
+    """parcel_of writes into tmp_path, which the test then reads."""
+    from backward_check import worker
+    monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [str(tmp_path)])
+    return tmp_path
+
+
+@pytest.mark.skipif(__import__("os").name != "posix", reason="parcels are files only where POSIX removes a mapped file")
+def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_changes_nothing_else(parcels_here):
     """The copies go to the worker in a file it maps (no copy through the pipe); the mapping is private, so an op
     that writes into its input changes neither the file nor the suite's copies."""
     from backward_check import worker
     from backward_check.recording import copy_value, restore_value
-    import os
     x = torch.randn(300, 200)
     copies = copy_value((x, 2.0))
-    before = parcel_files()
     parcel = worker.parcel_of({"job": copies}, x.nbytes)
     try:
-        if os.name != "posix":
-            assert parcel[0] == "bytes"
-            return
-        assert parcel[0] == "file" and parcel[1] in parcel_files() - before, parcel
+        assert parcel[0] == "file" and parcel_files(parcels_here) == [parcels_here / parcel[1].split("/")[-1]]
         received = restore_value(worker.unpacked(*parcel)["job"])
         torch.testing.assert_close(received[0], x, rtol=0, atol=0)
         assert received[1] == 2.0
@@ -496,7 +499,7 @@ def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_change
         torch.testing.assert_close(restore_value(copies)[0], x, rtol=0, atol=0)
     finally:
         worker.remove_parcel(parcel)
-    assert parcel_files() == before
+    assert parcel_files(parcels_here) == []
 
 
 def test_where_no_folder_has_room_the_parcel_is_bytes(monkeypatch):
@@ -525,22 +528,30 @@ def test_a_folder_without_room_for_twice_the_parcel_is_passed_over(monkeypatch):
     assert worker._folders_for_parcels(10 ** 6) == []
 
 
-def test_a_parcel_pickle_refuses_raises_and_leaves_no_file():
+def test_a_parcel_pickle_refuses_raises_and_leaves_no_file(parcels_here):
     from backward_check import worker
-    before = parcel_files()
     with pytest.raises(Exception):
         worker.parcel_of({"job": (torch.randn(3), lambda v: v)}, 12)
-    assert parcel_files() == before
+    assert parcel_files(parcels_here) == []
 
 
-def test_a_check_in_the_worker_leaves_no_parcel_behind():
+def test_a_check_in_the_worker_leaves_no_parcel_behind(parcels_here):
     from backward_check import worker
     started = worker.Worker(timeout=120.0)
-    before = parcel_files()
+    written = []
+    parcel_of = worker.parcel_of
+
+    def noted(sent, nbytes):
+        written.append(parcel_of(sent, nbytes))
+        return written[-1]
+
     try:
+        worker.parcel_of = noted
         call, job = doubles_call()
         verdict, why = started.check(call, job)
         assert why is None and verdict.status == "clean", verdict
     finally:
+        worker.parcel_of = parcel_of
         started.stop()
-    assert parcel_files() == before
+    assert [kind for kind, _ in written] == ["file"]
+    assert parcel_files(parcels_here) == []
