@@ -244,3 +244,18 @@ def test_the_table_shows_each_functions_traps_or_why_none():
     shown = suites.shown_findings(FLA, {swish: ([], CHECKED), sigmoid: ([], [])})
     assert shown == "SwishFunction: no trap; SigmoidFunction: not in the table"
     assert suites.shown_findings(LIGER, {CE: ([], ["  (2 signatures not checked)"])}) == "not checked"
+
+
+# -- tools/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it times the real kernels instead")
+def test_check_cost_without_a_gpu_says_what_it_needs():
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "wild" / "check_cost.py")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and "no CUDA GPU" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_check_cost_help_names_what_it_times():
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "wild" / "check_cost.py"), "--help"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "--rows" in done.stdout and "Liger" in done.stdout, done.stdout + done.stderr

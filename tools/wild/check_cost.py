@@ -67,7 +67,7 @@ def launches(call, job, say):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, help="also write the log here")
     parser.add_argument("--rows", type=int, default=8192, help="rows of the logits (default 8192)")
