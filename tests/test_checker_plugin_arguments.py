@@ -6,6 +6,8 @@ without it; each call is recorded and shown; an argument a worker process cannot
 runs in a process forked for it. Where that cannot be, the check runs in the suite's process on the CPU, and is
 skipped where the suite's process holds a CUDA context: each with a note saying why.
 """
+import sys
+
 import pytest
 import torch
 from plugin_runs import row, run_pytest, suite_holds_cuda, write_suite
@@ -490,10 +492,16 @@ def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_change
     parcel = worker.parcel_of({"job": copies}, x.nbytes)
     try:
         assert parcel[0] == "file" and parcel_files(parcels_here) == [parcels_here / parcel[1].split("/")[-1]]
-        received = restore_value(worker.unpacked(*parcel)["job"])
+        loaded = worker.unpacked(*parcel)["job"]
+        mapped = loaded[0].flat
+        if sys.platform.startswith("linux"):  # mapped, not read into memory of its own
+            assert parcel[1] in open("/proc/self/maps").read()
+        received = restore_value(loaded)
         torch.testing.assert_close(received[0], x, rtol=0, atol=0)
         assert received[1] == 2.0
-        received[0].mul_(-1)  # the op's write, in the worker
+        received[0].mul_(-1)  # the op's write, in the worker: into a tensor of its own
+        received[0].resize_(10 ** 5)  # and a resize, which a mapped storage refuses
+        mapped.mul_(-1)  # even a write into the mapping itself stays in this process (a private mapping)
         again = restore_value(worker.unpacked(*parcel)["job"])[0]
         torch.testing.assert_close(again, x, rtol=0, atol=0)
         torch.testing.assert_close(restore_value(copies)[0], x, rtol=0, atol=0)
@@ -513,29 +521,49 @@ def test_where_no_folder_has_room_the_parcel_is_bytes(monkeypatch):
 
 
 @pytest.mark.skipif(__import__("os").name != "posix", reason="parcels are files only where POSIX removes a mapped file")
-def test_a_folder_without_room_for_twice_the_parcel_is_passed_over(monkeypatch):
-    """A container's /dev/shm is often 64 MiB: a parcel of half a GiB goes to the temporary folder instead, or, where
-    no folder has room for twice it, through the pipe."""
+def test_a_folder_where_the_parcel_would_take_more_than_its_share_is_passed_over(monkeypatch, tmp_path):
+    """A container's /dev/shm is often 64 MiB, which the suite's own DataLoader workers need too: a parcel takes at
+    most an eighth of a folder's room, so one of 16 MiB goes to the temporary folder instead, and where no folder has
+    the room, through the pipe."""
     import shutil
-    import tempfile
     from backward_check import worker
+    monkeypatch.setattr(worker.tempfile, "gettempdir", lambda: str(tmp_path))  # never /dev/shm itself (TMPDIR)
     real = shutil.disk_usage
-    assert tempfile.gettempdir() in worker._folders_for_parcels(10 ** 6)
+    assert str(tmp_path) in worker._folders_for_parcels(10 ** 6)
     monkeypatch.setattr(worker.shutil, "disk_usage",
                         lambda folder: real(folder)._replace(free=64 * 2 ** 20 if folder == "/dev/shm" else 10 ** 12))
-    assert worker._folders_for_parcels(512 * 2 ** 20) == [tempfile.gettempdir()]
-    monkeypatch.setattr(worker.shutil, "disk_usage", lambda folder: real(folder)._replace(free=3 * 10 ** 6))
+    assert worker._folders_for_parcels(16 * 2 ** 20) == [str(tmp_path)]
+    assert "/dev/shm" in worker._folders_for_parcels(2 ** 20) or not __import__("os").path.isdir("/dev/shm")
+    monkeypatch.setattr(worker.shutil, "disk_usage", lambda folder: real(folder)._replace(free=8 * 10 ** 6))
     assert worker._folders_for_parcels(10 ** 6) == []
 
 
 def test_a_parcel_pickle_refuses_raises_and_leaves_no_file(parcels_here):
+    import pickle
     from backward_check import worker
-    with pytest.raises(Exception):
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError), match="lambda"):
         worker.parcel_of({"job": (torch.randn(3), lambda v: v)}, 12)
     assert parcel_files(parcels_here) == []
 
 
+def test_a_parcel_interrupted_while_written_leaves_no_file(parcels_here, monkeypatch):
+    """Ctrl-C, or a test's timeout, while torch.save writes half a GiB."""
+    from backward_check import worker
+
+    def interrupted(value, out):
+        out.write(b"part of a parcel")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(worker.torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        worker.parcel_of({"job": (torch.randn(3),)}, 12)
+    assert parcel_files(parcels_here) == []
+
+
+@pytest.mark.skipif(__import__("os").name != "posix", reason="parcels are files only where POSIX removes a mapped file")
 def test_a_check_in_the_worker_leaves_no_parcel_behind(parcels_here):
+    """Neither the file (the worker removes it once mapped, the suite after the answer) nor the worker's mapping of it,
+    which would hold its pages in shared memory until the next check."""
     from backward_check import worker
     started = worker.Worker(timeout=120.0)
     written = []
@@ -550,8 +578,28 @@ def test_a_check_in_the_worker_leaves_no_parcel_behind(parcels_here):
         call, job = doubles_call()
         verdict, why = started.check(call, job)
         assert why is None and verdict.status == "clean", verdict
+        if sys.platform.startswith("linux"):
+            assert "backward-check-call-" not in open(f"/proc/{started.process.pid}/maps").read()
     finally:
         worker.parcel_of = parcel_of
         started.stop()
     assert [kind for kind, _ in written] == ["file"]
     assert parcel_files(parcels_here) == []
+
+
+def test_a_check_sent_as_bytes_is_answered_and_the_worker_goes_on(monkeypatch):
+    """Where no folder has room the parcel goes through the pipe, apart from the message that announces it; the next
+    check, a file again, is answered too."""
+    from backward_check import worker
+    started = worker.Worker(timeout=120.0)
+    try:
+        call, job = doubles_call()
+        monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [])
+        verdict, why = started.check(call, job)
+        assert why is None and verdict.status == "clean", verdict
+        monkeypatch.undo()
+        verdict, why = started.check(call, job)
+        assert why is None and verdict.status == "clean", verdict
+        assert started.starts == 1 and started.restarts == 0
+    finally:
+        started.stop()

@@ -50,8 +50,9 @@ class CopiedTensor:
     requires_grad: bool
 
     def tensor(self, device=None):
-        """The copy as the op was given it, on device (where the test had it, by default)."""
-        viewed = self.flat.to(device or self.device).as_strided(self.size, self.stride)
+        """The copy as the op was given it, on device (where the test had it, by default): a tensor of its own, so an op
+        that writes into it, or resizes it, changes neither the copy nor what the copy was read from."""
+        viewed = self.flat.to(device or self.device, copy=True).as_strided(self.size, self.stride)
         return viewed.requires_grad_(self.requires_grad)
 
 

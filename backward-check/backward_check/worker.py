@@ -285,21 +285,34 @@ def serve(connection, log_path):
     while True:
         try:
             parcel = connection.recv()
+            if parcel is not None and parcel[0] == "bytes":
+                parcel = ("bytes", connection.recv_bytes())  # sent apart, not pickled again
         except (EOFError, OSError):  # the suite is gone
             return
         if parcel is None:
             return
-        try:  # the op's module, and the classes of its arguments, imported here
+        if _served(connection, parcel):
+            return  # the check lost the CUDA context: the parent starts a fresh worker
+
+
+def _served(connection, parcel):
+    """One check, answered; True where it lost this process's CUDA context. The parcel's file is removed as soon as
+    it is mapped (its pages stay while this process holds them, and no file outlives a suite killed mid-check), and
+    the mapping goes with this function's frame, before the next check."""
+    try:  # the op's module, and the classes of its arguments, imported here
+        try:
             sent = unpacked(*parcel)
-            _find_modules_as_the_suite_does(sent["path"], sent["cwd"])
-            op = _imported(*sent["reference"])
-        except Exception as error:  # noqa: BLE001
-            connection.send(("cannot import", f"{type(error).__name__}: {error}"))
-            continue
-        verdict, lost = _checked(op, sent["job"])
-        connection.send(("done", verdict))
-        if lost:
-            return  # the parent starts a fresh worker
+        finally:
+            remove_parcel(parcel)
+        _find_modules_as_the_suite_does(sent["path"], sent["cwd"])
+        op = _imported(*sent["reference"])
+    except Exception as error:  # noqa: BLE001
+        connection.send(("cannot import", f"{type(error).__name__}: {error}"))
+        return False
+    verdict, lost = _checked(op, sent["job"])
+    del sent
+    connection.send(("done", verdict))
+    return lost
 
 
 def serve_one(connection, log_path, op, job):
@@ -315,7 +328,7 @@ def parcel_of(sent, nbytes):
     the path of a file torch.save wrote it to), which the worker maps instead of receiving its bytes through the pipe
     and copying them again (a second or more for the half GiB of a large loss's logits), in the machine's shared
     memory where it has room; else ("bytes", what torch.save wrote). Raises what torch.save raises of an argument
-    pickle refuses."""
+    pickle refuses, and leaves no file behind whatever stops it (Ctrl-C included)."""
     for folder in _folders_for_parcels(nbytes):
         try:
             handle, path = tempfile.mkstemp(prefix="backward-check-call-", suffix=".pt", dir=folder)
@@ -328,22 +341,30 @@ def parcel_of(sent, nbytes):
         except Exception:  # noqa: BLE001  (a full disk, or pickle's refusal: the bytes below tell which)
             remove_parcel(("file", path))
             break
+        except BaseException:  # interrupted while writing
+            remove_parcel(("file", path))
+            raise
     buffer = io.BytesIO()
     torch.save(sent, buffer)
     return "bytes", buffer.getvalue()
 
 
+# A parcel goes to a folder only where it takes at most this share of the room left there: a container's /dev/shm is
+# often 64 MiB, which the suite's own DataLoader workers need too, and each pytest-xdist process writes its own.
+PARCEL_SHARE_OF_FREE = 1 / 8
+
+
 def _folders_for_parcels(nbytes):
     """Where a parcel of about nbytes may be written: shared memory (/dev/shm, no disk behind it), then the temporary
-    folder, each where it has room for twice that; none where the platform cannot remove a file another process
-    maps (Windows)."""
+    folder, each where it takes at most PARCEL_SHARE_OF_FREE of the room left; none where the platform cannot remove
+    a file another process maps (Windows)."""
     if os.name != "posix":
         return []
     folders = [folder for folder in dict.fromkeys(("/dev/shm", tempfile.gettempdir())) if os.path.isdir(folder)]
     fits = []
     for folder in folders:
         with contextlib.suppress(OSError):
-            if os.access(folder, os.W_OK) and shutil.disk_usage(folder).free > 2 * nbytes + 2 ** 20:
+            if os.access(folder, os.W_OK) and nbytes + 2 ** 20 <= PARCEL_SHARE_OF_FREE * shutil.disk_usage(folder).free:
                 fits.append(folder)
     return fits
 
@@ -611,20 +632,30 @@ class Worker(CheckProcess):
         reference, why = importable_reference(call.op)
         if reference is None:
             return None, f"{why}, so a worker process cannot import it"
-        if self.cannot_start:
+        if self.cannot_start or self._started():
             return None, self.cannot_start
-        try:
+        try:  # written once the worker is ready, so no parcel waits for its start
             parcel = parcel_of({"reference": reference, "job": job, "path": list(sys.path), "cwd": _working_folder()},
                                call.nbytes)
         except Exception:  # noqa: BLE001  (an argument pickle refuses: a lambda, a lock, an open file)
             return None, unpicklable(call)
+        start = time.perf_counter()
         try:
-            return self._sent(parcel)
+            try:
+                self._send(parcel)
+            except (OSError, ConnectionError):
+                return self._fault("the worker process died as the check was sent", "the worker process died as "
+                                   "the check was sent; the suite went on", 0.0), None
+            return self._answer(start)
+        except BaseException:  # interrupted (Ctrl-C, a test's timeout): its answer, if any, must not be read as the next
+            self._abandon()
+            raise
         finally:
             remove_parcel(parcel)
 
-    def _sent(self, parcel):
-        """The answer to parcel, from the worker process, started here where it is not running."""
+    def _started(self):
+        """Starts the worker process where it is not running and ready; True where it cannot start (cannot_start
+        says why)."""
         if self.process is not None and not self.process.is_alive():
             if self.ready:
                 self._lost()  # it died between checks, of nothing this op did
@@ -635,14 +666,24 @@ class Worker(CheckProcess):
                 self._start()
             except WorkerFailed as error:
                 self.cannot_start = str(error)  # so every later check goes straight to the fallback
-                return None, self.cannot_start
-        start = time.perf_counter()
-        try:
+                return True
+        return False
+
+    def _send(self, parcel):
+        kind, value = parcel
+        if kind == "bytes":  # the bytes apart, not pickled again inside the message
+            self.connection.send((kind, None))
+            self.connection.send_bytes(value)
+        else:
             self.connection.send(parcel)
-        except (OSError, ConnectionError):
-            return self._fault("the worker process died as the check was sent", "the worker process died as "
-                               "the check was sent; the suite went on", 0.0), None
-        return self._answer(start)
+
+    def _abandon(self):
+        """The process stopped without an answer read, not counted as a fault: the next check starts a fresh one."""
+        if self.process is not None:
+            with contextlib.suppress(Exception):
+                self.process.kill()
+                self.process.join(5)
+            self._forget()
 
 
 class WorkerFailed(Exception):
