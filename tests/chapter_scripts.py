@@ -23,7 +23,12 @@ EXTRAS_NAMES = ("extras/train_mlp", "extras/triton_op", "extras/autograd_diagram
 
 
 def _load_script(name):
-    spec = importlib.util.spec_from_file_location(f"chapter17_{name.replace('/', '_')}", REPO / f"{name}.py")
+    """The script as a module, loaded once per process: a second load of extras/triton_op.py would register its
+    operators again, and torch.library would destroy the first registration under the first module's operators."""
+    module_name = f"chapter17_{name.replace('/', '_')}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, REPO / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # torch.compile imports a function's module by name
     spec.loader.exec_module(module)
@@ -42,7 +47,7 @@ ON_GPU = DEVICE.type == "cuda"
 
 
 def load_extra(name):
-    """An extras/ script as a module (import only once: triton_op registers operators)."""
+    """An extras/ script as a module, the same module wherever a test asks for it (triton_op registers operators)."""
     return _load_script(f"extras/{name}")
 
 

@@ -12,10 +12,8 @@ wrong on purpose.
 
 Every case is (the op, its arguments, its keyword arguments, its reference), drawn from a seed, as in the other zoos.
 """
-import importlib.util
-
 import torch
-from chapter_scripts import REPO, hardened_ops, seeded_randn
+from chapter_scripts import hardened_ops, load_extra, seeded_randn
 from checker_zoo import gelu, x35
 
 from compile_backends import scaling_backend
@@ -188,10 +186,7 @@ def triton_op_module():
     later); None where this torch has no triton_op."""
     if not hasattr(torch.library, "triton_op"):
         return None
-    spec = importlib.util.spec_from_file_location("extras_triton_op", REPO / "extras" / "triton_op.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_extra("triton_op")  # the module test_extras.py loads: its operators registered once per process
 
 
 def triton_ops():

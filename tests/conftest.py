@@ -8,6 +8,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backward-check"))
 
+# A pytest-xdist worker killed by a fault: its report quotes faulthandler's account (tests/xdist_faults.py).
+from xdist_faults import pytest_configure, pytest_handlecrashitem, pytest_unconfigure  # noqa: E402, F401
+
 
 def pytest_sessionstart(session):
     """Stop at once, naming the fix, where every number would be garbage (check_outputs.sh refuses it too)."""

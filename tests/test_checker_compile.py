@@ -78,6 +78,17 @@ def test_triton_kernels_are_clean_under_compile(case):
         assert UNDER_COMPILE in report.passed and not report.noted(NEEDS_A_GPU), where(case, True, report)
 
 
+@pytest.mark.skipif(not hasattr(torch.library, "triton_op"), reason="torch.library.triton_op arrived in torch 2.6")
+def test_the_checked_triton_op_is_the_one_registered_in_this_process():
+    """The zoo and test_extras.py share one module of extras/triton_op.py (chapter_scripts.load_extra). Loaded twice in
+    one process, as a pytest-xdist worker imports every test file, it registers chapter17::gelu again; torch.library
+    then destroys the first registration, and the first module's operator is left with a stale overload."""
+    import chapter_scripts
+    op = TRITON_OPS["chapter17::gelu (torch.library.triton_op)"][0]
+    assert op is chapter_scripts.load_extra("triton_op").gelu
+    assert op._opoverload is torch.ops.chapter17.gelu.default
+
+
 @pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
 def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
     """Inductor keeps bfloat16 in float32 between ops, so where eager's rounding cancels, the compiled answer differs
