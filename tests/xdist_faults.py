@@ -37,6 +37,7 @@ def pytest_configure(config):
         config.stash[_FOLDER] = folder
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's faulthandler plugin, which then restores what it found
 def pytest_unconfigure(config):
     log = config.stash.get(_LOG, None)
     if log is not None:
