@@ -9,7 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backward-check"))
 
 # A pytest-xdist worker killed by a fault: its report quotes faulthandler's account (tests/xdist_faults.py).
-from xdist_faults import pytest_configure, pytest_handlecrashitem, pytest_unconfigure  # noqa: E402, F401
+from xdist_faults import (pytest_configure, pytest_handlecrashitem, pytest_runtest_call,  # noqa: E402, F401
+                          pytest_runtest_setup, pytest_runtest_teardown, pytest_unconfigure)
 
 
 def pytest_sessionstart(session):

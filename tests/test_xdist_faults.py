@@ -19,11 +19,19 @@ def deep_in_native_code():
 
 
 def test_passes():
-    pass
+    print("folder variable:", os.environ.get("CHAPTER17_TEST_FAULT_LOGS"))
 
 
 def test_dies():
     deep_in_native_code()
+'''
+
+# A pytest run inside a test (pytester's) ends by pointing faulthandler back at stderr: a fault in a later test of
+# the same worker must still reach the worker's log.
+PYTEST_INSIDE_FIRST = '''
+def test_runs_pytest_inside(pytester):
+    pytester.makepyfile("def test_ok():\\n    pass\\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 '''
 
 
@@ -42,14 +50,20 @@ def logs_left(folder):
     return list((folder / "tmp").glob("chapter17-test-faults-*"))
 
 
+def account_of_the_crash(done):
+    """The crash's report in the FAILURES section, from faulthandler's account on; asserts both are there."""
+    failures = done.stdout.split("= FAILURES =", 1)[-1]
+    assert "crashed while running 'test_dies.py::test_dies'" in failures, done.stdout + done.stderr
+    assert "faulthandler's account" in failures, done.stdout + done.stderr
+    return failures.split("faulthandler's account", 1)[1]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="a signal's fault, as POSIX delivers it")
 def test_a_worker_killed_by_a_fault_is_reported_with_the_frames_it_died_in(tmp_path):
     (tmp_path / "test_dies.py").write_text(DIES)
     done = run_pytest(tmp_path, "-n", "2")
     assert done.returncode == 1, done.stdout + done.stderr
-    failures = done.stdout.split("= FAILURES =", 1)[-1]
-    assert "crashed while running 'test_dies.py::test_dies'" in failures, done.stdout
-    account = failures.split("faulthandler's account", 1)[-1]
+    account = account_of_the_crash(done)
     assert "Fatal Python error: Segmentation fault" in account, done.stdout
     current = account.split("Current thread", 1)[-1]
     assert 'test_dies.py", line 6 in deep_in_native_code' in current, done.stdout
@@ -57,10 +71,23 @@ def test_a_worker_killed_by_a_fault_is_reported_with_the_frames_it_died_in(tmp_p
     assert logs_left(tmp_path) == [], "the run left its folder of logs behind"
 
 
-def test_without_workers_nothing_is_written_and_faulthandler_is_pytests(tmp_path):
-    (tmp_path / "test_passes.py").write_text("def test_passes():\n    pass\n")
-    done = run_pytest(tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+@pytest.mark.skipif(sys.platform == "win32", reason="a signal's fault, as POSIX delivers it")
+def test_a_fault_after_a_pytest_run_inside_a_test_is_still_reported(tmp_path):
+    (tmp_path / "test_a_inside.py").write_text(PYTEST_INSIDE_FIRST)
+    (tmp_path / "test_dies.py").write_text(DIES)
+    done = run_pytest(tmp_path, "-p", "pytester", "-n", "1")  # one worker: the pytester test runs first
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'test_dies.py", line 6 in deep_in_native_code' in account_of_the_crash(done), done.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a signal's fault, as POSIX delivers it")
+def test_without_workers_faulthandler_is_pytests_and_nothing_is_written(tmp_path):
+    (tmp_path / "test_dies.py").write_text(DIES)
+    done = run_pytest(tmp_path, "-s")
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "folder variable: None" in done.stdout, done.stdout
+    assert "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+    assert 'test_dies.py", line 6 in deep_in_native_code' in done.stderr, done.stderr
     assert logs_left(tmp_path) == []
 
 

@@ -24,6 +24,8 @@ _FOLDER = pytest.StashKey()  # the controller's folder of logs
 
 @pytest.hookimpl(trylast=True)  # after pytest's own faulthandler plugin, which points faulthandler at stderr
 def pytest_configure(config):
+    if _LOG in config.stash or _FOLDER in config.stash:
+        return  # taken in twice (conftest.py and -p xdist_faults): the first set it up
     workerinput = getattr(config, "workerinput", None)  # set on a worker only (not inherited, as its environment is)
     if workerinput is not None:
         folder = os.environ.get(FOLDER_VARIABLE)
@@ -37,19 +39,42 @@ def pytest_configure(config):
         config.stash[_FOLDER] = folder
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest's faulthandler plugin, which then restores what it found
-def pytest_unconfigure(config):
+def _log_faults_here(config):
+    """faulthandler pointed at this worker's log again: a pytest run inside a test (pytester's) ends by pointing it
+    back at stderr, which a test's capture holds."""
     log = config.stash.get(_LOG, None)
     if log is not None:
+        faulthandler.enable(file=log, all_threads=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _log_faults_here(item.config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    _log_faults_here(item.config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    _log_faults_here(item.config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's faulthandler plugin, which then restores what it found
+def pytest_unconfigure(config):
+    if _LOG in config.stash:
         faulthandler.disable()
-        log.close()
-    folder = config.stash.get(_FOLDER, None)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+        config.stash[_LOG].close()
+        del config.stash[_LOG]
+    if _FOLDER in config.stash:
+        shutil.rmtree(config.stash[_FOLDER], ignore_errors=True)
         os.environ.pop(FOLDER_VARIABLE, None)
+        del config.stash[_FOLDER]
 
 
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, called in the controller, called in the controller
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, called in the controller
 def pytest_handlecrashitem(crashitem, report, sched):
     folder = os.environ.get(FOLDER_VARIABLE)
     gateway = getattr(getattr(report, "node", None), "gateway", None)
