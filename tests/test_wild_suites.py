@@ -259,3 +259,27 @@ def test_check_cost_help_names_what_it_times():
     done = subprocess.run([sys.executable, str(REPO / "tools" / "wild" / "check_cost.py"), "--help"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "--rows" in done.stdout and "Liger" in done.stdout, done.stdout + done.stderr
+
+
+def test_check_cost_breakdown_times_each_check_and_profiles_it():
+    """--breakdown's parts run on any device (on a GPU it profiles Liger's kernels): on a small op here, one run of
+    the check, each check that ran named with its seconds, the set-up, the profiler's wall clock, and its table."""
+    import torch
+    from backward_check import worker
+    sys.path.insert(0, str(REPO / "tests"))
+    from checker_zoo import one_input
+
+    spec = importlib.util.spec_from_file_location("check_cost", REPO / "tools" / "wild" / "check_cost.py")
+    check_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_cost)
+    cube = one_input(lambda x: x ** 3, lambda x, g: (3 * x * x * g[0],), "CubeFirstElement")  # a uniform grad_output
+    job = worker.Job("CubeFirstElement", (), {}, (), (), seed=5)
+    lines = []
+    check_cost.breakdown(cube, job, lambda: ((torch.randn(3, 5, requires_grad=True),), {}), lines.append)
+    text = "\n".join(lines)
+    assert lines[0].startswith("  one run of the check:") and UNIFORM in lines[0], text
+    profiled = next(k for k, line in enumerate(lines) if "under torch.profiler" in line)
+    timed = dict(line.strip().rsplit(None, 1) for line in lines[2:profiled])
+    assert {"random grad_output", "the layouts autograd hands on"} <= set(timed), text
+    assert sum(map(float, timed.values())) <= float(lines[0].split()[5]) + 0.01, text
+    assert "under torch.profiler" in text and "operators by their own CPU time" in text and "Self CPU" in text, text

@@ -15,11 +15,18 @@ called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reductio
   - the round trip with the worker's kernel launches waiting for each kernel (CUDA_LAUNCH_BLOCKING=1, as the worker
     runs unless the suite set it) and not, for that call and for a small op (hardened_ops.TritonGELU on 3 x 20).
 
-    python3 tools/wild/check_cost.py [--log PATH] [--rows N]     # a CUDA GPU; the log is also printed
+With --breakdown it times, instead, where one check's seconds go: each of the checker's checks alone (a check
+that finds a trap on a GPU is run again with the next seed by the plugin; this times one run), the set-up
+before the first check (the right gradient by finite differences, the op's measured noise), and the same check
+under torch.profiler: the GPU's busy time against the wall clock, the kernels and the operators that take most.
+
+    python3 tools/wild/check_cost.py [--log PATH] [--rows N]                 # a CUDA GPU; the log is also printed
+    python3 tools/wild/check_cost.py --breakdown [--log PATH] [--rows N]
 
 Exit status: 0 done; 2 no CUDA GPU, or the release not downloaded.
 """
 import argparse
+import collections
 import io
 import os
 import sys
@@ -31,14 +38,67 @@ SITE = REPO / ".wild-suites" / "liger-kernel-0.5.8" / "site"
 sys.path[:0] = [str(REPO), str(REPO / "backward-check"), str(REPO / "tools"), str(SITE)]
 
 
+def synchronize():
+    """Waits for the GPU's work, where a GPU is in use."""
+    import torch
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def seconds(fn):
     """fn() and the seconds it took, the GPU's work included."""
-    import torch
-    torch.cuda.synchronize()
+    synchronize()
     start = time.perf_counter()
     result = fn()
-    torch.cuda.synchronize()
+    synchronize()
     return result, time.perf_counter() - start
+
+
+def breakdown(op, job, arguments, say, top=12):
+    """One run of the check (worker.check_once: one seed) on arguments() (fresh args and kwargs each run), each of the
+    checker's checks timed alone, the GPU's work included; then the same run under torch.profiler: the GPU's busy
+    time, and the kernels and operators that take most. Runs on any device (the tests run it on the CPU)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from backward_check import runner, worker
+    took = collections.Counter()
+    attempt = runner.attempt
+
+    def timed(check, context):
+        synchronize()
+        start = time.perf_counter()
+        try:
+            return attempt(check, context)
+        finally:
+            synchronize()
+            took[check.name] += time.perf_counter() - start
+
+    runner.attempt = timed
+    try:
+        (verdict, _), total = seconds(lambda: worker.check_once(op, job, *arguments(), job.seed))
+    finally:
+        runner.attempt = attempt
+    say(f"  one run of the check: {total:6.2f} s  {verdict.summary[:90]}")
+    say(f"    before the first check and after the last (the inputs, the right gradient, the op's noise): "
+        f"{total - sum(took.values()):6.2f}")
+    for name, spent in took.most_common():
+        say(f"    {name:<40} {spent:6.2f}")
+    on_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
+    with profile(activities=activities) as profiled:
+        _, total = seconds(lambda: worker.check_once(op, job, *arguments(), job.seed))
+    events = profiled.key_averages()
+    device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    busy = sum(getattr(e, device_key) for e in events) / 1e6
+    say(f"  the same run under torch.profiler: {total:6.2f} s of wall clock"
+        + (f", the GPU busy {busy:6.2f} s of it" if on_gpu else " (no GPU in use)"))
+    for key, what in ((device_key, "kernels and operators by their own GPU time"),
+                      ("self_cpu_time_total", "operators by their own CPU time")):
+        if key == device_key and not on_gpu:
+            continue
+        say(f"  {what}:")
+        for line in events.table(sort_by=key, row_limit=top).splitlines():
+            say(f"    {line}".rstrip())
 
 
 def launches(call, job, say):
@@ -71,6 +131,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, help="also write the log here")
     parser.add_argument("--rows", type=int, default=8192, help="rows of the logits (default 8192)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time one check's parts instead: each check alone, its set-up, and a profile")
     options = parser.parse_args()
     import torch
     if not torch.cuda.is_available():
@@ -86,7 +148,8 @@ def main():
     from backward_check.recording import RecordedCall, copy_value, restore_value, signature_of
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
-             f"GPU: {torch.cuda.get_device_name()}", f"command: python3 tools/wild/check_cost.py --rows {options.rows}",
+             f"GPU: {torch.cuda.get_device_name()}",
+             f"command: python3 tools/wild/check_cost.py{' --breakdown' * options.breakdown} --rows {options.rows}",
              "seconds of each stage, for one recorded call of LigerCrossEntropyFunction (liger-kernel 0.5.8) on "
              f"({options.rows}, 32000) bfloat16 logits"]
 
@@ -102,6 +165,15 @@ def main():
         target = torch.randint(0, 32000, (options.rows,), device="cuda")
         args = (logits, target, None, -100, 0.0, 0.0, reduction, None, False)
         say(f"\nreduction {reduction!r}")
+        if options.breakdown:
+            copies = copy_value(args)
+            signature, described = signature_of(args, {}, {})
+            call = RecordedCall(LigerCrossEntropyFunction, "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction",
+                                signature, described, (), "t", logits.numel() * logits.element_size(), copies, {})
+            job = worker.job_of(call, ())
+            worker.check_once(LigerCrossEntropyFunction, job, restore_value(copies), {}, job.seed)  # compiles
+            breakdown(LigerCrossEntropyFunction, job, lambda: (restore_value(copies), {}), say)
+            continue
         # The recording's copy, and the same into pinned memory (a comparison only: the plugin copies as above).
         copies, took = seconds(lambda: copy_value(args))
         say(f"  record: copy onto the CPU                          {took:6.2f}")
