@@ -324,15 +324,13 @@ class Context:
         """Input i's gradient under a random grad_output, the op's or the right one, whichever is larger: the
         floor for comparing two of the op's own gradients where one is exactly 0 (a masked region, a
         grad_output constant along a reduction), or both are rounding (a backward that ignores grad_output
-        returns a normaliser's gradient for grad_output = 1, which is 0 but for rounding). Made once per input:
-        every comparison of the op's gradients asks for it."""
-        made = self.__dict__.setdefault("_typical", {})
-        if i not in made:
-            first = self.repeat[0][i]
-            own = None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
-            right = self.right_under_repeat[i]
-            made[i] = right if own is None or (right is not None and right.norm().item() > own.norm().item()) else own
-        return made[i]
+        returns a normaliser's gradient for grad_output = 1, which is 0 but for rounding)."""
+        first = self.repeat[0][i]
+        own = None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
+        right = self.right_under_repeat[i]
+        if own is None or (right is not None and right.norm().item() > own.norm().item()):
+            return right
+        return own
 
     @functools.cached_property
     def right_under_repeat(self):

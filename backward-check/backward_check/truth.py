@@ -95,19 +95,13 @@ def relative_error(got, right, typical=None, allowance=0.0):
         d = (d.abs() - allowance[finite]).clamp(min=0.0)
     elif allowance:
         d = (d.abs() - allowance).clamp(min=0.0)
-    size, largest = right.norm().item(), largest_magnitude(right)
+    size, largest = right.norm().item(), right.abs().max().item()
     if typical is not None and typical.numel():
-        usable = typical.isfinite()
-        typical = typical if bool(usable.all()) else typical[usable]
-        size, largest = max(size, typical.norm().item()), max(largest, largest_magnitude(typical))
+        typical = typical[typical.isfinite()]
+        size, largest = max(size, typical.norm().item()), max(largest, typical.abs().max().item())
     if size == 0.0:
-        return 0.0 if largest_magnitude(d) == 0.0 else float("inf")
-    return max(d.norm().item() / size, largest_magnitude(d) / largest)
-
-
-def largest_magnitude(t):
-    """max |t| (of a non-empty tensor), in one pass: a gradient of a large op is compared many times over."""
-    return torch.linalg.vector_norm(t, math.inf).item()
+        return 0.0 if d.abs().max().item() == 0.0 else float("inf")
+    return max(d.norm().item() / size, d.abs().max().item() / largest)
 
 
 def ratio(a, b):
@@ -118,14 +112,10 @@ def ratio(a, b):
 
 
 def comparable(got, right):
-    """(got, right, finite) over the elements both hold finite, or None where a NaN or an infinity stands where
-    the right answer has none (an infinity the same, or NaN beside NaN, is agreement). finite indexes the
-    elements kept: where every one is finite (the common case, and a large op's gradient is compared many times
-    over), an index that keeps them all (...), so that neither they nor what the caller indexes with it is copied."""
-    finite = got.isfinite() & right.isfinite()
-    if bool(finite.all()):
-        return got, right, ...
+    """(got, right) over the elements both hold finite, or None where a NaN or an infinity stands where
+    the right answer has none (an infinity the same, or NaN beside NaN, is agreement)."""
     special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
+    finite = got.isfinite() & right.isfinite()
     if not bool((finite | special).all()):
         return None
     return got[finite], right[finite], finite
@@ -256,21 +246,17 @@ class Expected:
         if not d.numel():
             return 0.0
         tolerance = self.tolerance[i]
-        # The norm and the largest element of the right gradient, of the reference's rounding and of the op's noise
-        # (0 where not known).
-        (right_norm, right_largest), (rounding_norm, rounding_largest), (noise_norm, noise_largest) = (
-            (0.0, 0.0) if t is None else (t.norm().item(), largest_magnitude(t))
-            for t in (right, *(None if r is None else r.to(right.device)[finite]
-                               for r in (self.rounding[i], self.noise[i]))))
+        rounding, noise = (torch.zeros_like(right) if t is None else t.to(right.device)[finite]
+                           for t in (self.rounding[i], self.noise[i]))
         floor = self.floor
         # Over the whole gradient the op's noise widens its tolerance at most twofold: a float32 op that rounds its
         # gradient to float16 is as noisy as float16, and that is its bug, not its precision.
-        noisy = min(NOISE_TIMES * noise_norm, tolerance * right_norm)
-        return max(ratio(d.norm().item(), tolerance * right_norm + ROUNDING_TIMES * rounding_norm
+        noisy = min(NOISE_TIMES * noise.norm().item(), tolerance * right.norm().item())
+        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()
                          + noisy + floor * math.sqrt(d.numel())),
-                   ratio(largest_magnitude(d),
-                         tolerance * right_largest + ROUNDING_TIMES * rounding_largest
-                         + ROUNDING_TIMES * noise_largest + floor))
+                   ratio(d.abs().max().item(),
+                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()
+                         + ROUNDING_TIMES * noise.abs().max().item() + floor))
 
     def local_rounding(self, i, right):
         """Each element's rounding, times ROUNDING_TIMES: the larger of the reference's (fine) and the op's own
@@ -677,11 +663,11 @@ class FiniteDifferences:
     def moved(self, i, u, h):
         """Direction u of input i as the op sees it at step h: (x + h u) - (x - h u), over 2 h, after its
         dtype rounded both."""
-        x = self.values[i].detach()
-        x = x.to(self.dtype or x.dtype).reshape(-1)
-        shift = (h * u).to(dtype=x.dtype)
-        seen = flat(x + shift)
-        return seen.sub_(x - shift).div_(2 * h)
+        plus, minus = (same_layout(self.values[i].detach(), self.dtype) for _ in range(2))
+        shift = (h * u).reshape(plus.shape).to(dtype=plus.dtype)
+        plus.add_(shift)
+        minus.sub_(shift)
+        return (flat(plus) - flat(minus)) / (2 * h)
 
     def _directional(self, i, step, center):
         """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
@@ -700,18 +686,10 @@ class FiniteDifferences:
             crossing = False
             for factor in (1, 2):
                 h = factor * step
-                shifts = {}  # h u as each copy takes it, made once for both sides
 
                 def move(t, sign):
-                    key = (t.device, t.dtype)
-                    if key not in shifts:
-                        shifts[key] = (h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype)
-                    if sign > 0:
-                        t.add_(shifts[key])
-                    else:
-                        t.sub_(shifts[key])
+                    t.add_((sign * h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype))
                 up, down, crossed_here = self._either_side(i, move)
-                del shifts
                 crossing |= crossed_here
                 rows[factor].append((up - down) / (2 * h))
                 gaps[factor].append((up - 2 * center + down) / h)
