@@ -2,13 +2,11 @@
 What one check of a large op costs, at this tree against another
 ================================================================
 
-The pytest plugin's cost on a suite of large ops is mostly its checks. This times one check of a recorded call
-as the plugin's worker makes it (worker.check_call: the check, and where it finds a trap in an op that draws
-random numbers or runs on a GPU, a second run with the next seed to confirm it), on a large cross entropy written
-in torch ops, shaped as Liger-Kernel 0.5.8's is (its forward writes the gradient into the logits; with reduction
-'none' its backward reads grad_output's first element alone; and its backward draws one random number, so that
-on the CPU too a trap is confirmed as on a GPU), at this tree and at another revision of the repository (a git
-worktree of it, made and removed here), in separate processes, each after a warm-up check of its own:
+The pytest plugin's cost on a suite of large ops is mostly its checks. This times one check_backward of a
+large cross entropy written in torch ops, shaped as Liger-Kernel 0.5.8's is (its forward writes the gradient
+into the logits; with reduction 'none' its backward reads grad_output's first element alone), at this tree
+and at another revision of the repository (a git worktree of it, made and removed here), in separate
+processes, each after a warm-up check of its own:
 
   a round      one check at this tree (A), one at the other (B), and one at this tree again (A'), in an
                order that rotates from round to round, so that drift on a shared machine weighs on all three;
@@ -16,15 +14,14 @@ worktree of it, made and removed here), in separate processes, each after a warm
   the A/A      A' / A: the same code, so its distance from 1 is noise. A ratio is called a difference only
                where its median lies further from 1 than the largest A/A distance of the same run.
 
-It also compares the two trees' verdicts: the traps found, and the first run's report word for word and number
-for number (its seconds aside). On a CUDA GPU the op runs there (8192 x 32000 bfloat16 logits by default,
-Liger's own size); else on the CPU (112 x 32000: past the size where the checker holds its finite-difference
-directions).
+It also compares the two trees' reports, word for word and number for number (their seconds aside): a change
+made for speed must not change what the checker says. On a CUDA GPU the op runs there (8192 x 32000 bfloat16 logits by default, Liger's own size);
+else on the CPU (112 x 32000: past the size where the checker holds its finite-difference directions).
 
     python benchmarks/check_seconds.py --against REV [--rows N] [--rounds R] [--log PATH]
 
 Exit status: 0 done; 2 bad arguments (a revision git does not know); 1 a check failed to run, or the two trees'
-verdicts differ.
+reports differ.
 """
 import argparse
 import json
@@ -34,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +59,6 @@ def cross_entropy():
 
         @staticmethod
         def backward(ctx, grad_output):
-            torch.rand(())  # a draw, so that a trap is confirmed on the CPU as on a GPU
             gradient, = ctx.saved_tensors
             scale = grad_output.reshape(-1)[0] if ctx.reduction == "none" else grad_output
             return gradient * scale, None, None
@@ -75,7 +70,7 @@ def child(checker, rows, reduction):
     """One warm-up check and one timed check, with the checker found in checker; prints a JSON line."""
     sys.path.insert(0, str(Path(checker) / "backward-check"))
     import torch
-    from backward_check import DEVICE, worker
+    from backward_check import DEVICE, check_backward
     op = cross_entropy()
     generator = torch.Generator().manual_seed(rows)
 
@@ -83,20 +78,10 @@ def child(checker, rows, reduction):
         logits = torch.randn(n, 32000, generator=generator).to(torch.bfloat16)
         return logits.to(DEVICE), torch.randint(0, 32000, (n,), generator=generator).to(DEVICE)
 
-    def check(n):
-        args = (*logits_and_target(n), reduction)
-        job = worker.Job("InPlaceCrossEntropy", args, {}, (), (), seed=n)
-        start = time.perf_counter()
-        verdict = worker.check_call(op, job, args, {})
-        if DEVICE.type == "cuda":
-            torch.cuda.synchronize()
-        return verdict, time.perf_counter() - start
-
-    check(4)  # imports, first calls
-    verdict, seconds = check(rows)
-    first = verdict.report.split("\n\nseeded with")[0]  # an unstable verdict's second report aside
-    print(json.dumps({"seconds": seconds, "report": re.sub(r"\(\d+(\.\d+)? s\)", "", first),
-                      "traps": [verdict.summary, *verdict.traps]}))
+    check_backward(op, *logits_and_target(4), reduction)  # imports, first calls
+    report = check_backward(op, *logits_and_target(rows), reduction)
+    said = re.sub(r"\(\d+(\.\d+)? s\)", "", str(report))  # the whole report, its seconds left out
+    print(json.dumps({"seconds": report.seconds, "report": said, "traps": report.traps}))
 
 
 def run_child(checker, rows, reduction):
@@ -136,9 +121,9 @@ def main():
              + (f"GPU: {torch.cuda.get_device_name()}" if on_gpu else f"CPU only ({os.cpu_count()} cores)"),
              f"command: python benchmarks/check_seconds.py --against {options.against} --rows {rows} "
              f"--rounds {options.rounds}",
-             f"one check of a recorded call of a cross entropy on ({rows}, 32000) bfloat16 logits, as the plugin's "
-             f"worker makes it (the check, and the run that confirms a trap), in seconds; A = this tree, "
-             f"B = {options.against} ({known.stdout.strip()[:12]}), A' = this tree again"]
+             f"one check_backward of a cross entropy on ({rows}, 32000) bfloat16 logits, seconds as the report "
+             f"counts them; A = this tree, B = {options.against} ({known.stdout.strip()[:12]}), A' = this tree "
+             f"again"]
 
     def say(line):
         lines.append(line)
@@ -178,7 +163,7 @@ def main():
                     differs = abs(statistics.median(ratio) - 1) > spread
                     say(f"  {'a difference' if differs else 'no difference beyond the A/A spread'}")
                 same = verdicts["A"] == verdicts["B"]
-                say(f"  the verdict at A: {verdicts['A'][0][0]}; the two trees' verdicts and first reports are "
+                say(f"  the traps at A: {'; '.join(verdicts['A'][0]) or 'none'}; the two trees' reports are "
                     + ("the same, word for word and number for number" if same else "NOT the same"))
                 if not same:
                     say("  at A:\n" + verdicts["A"][1] + "\n  at B:\n" + verdicts["B"][1])

@@ -17,7 +17,7 @@ __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided",
 
 
 def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(),
-                   frozen_by_callers=(), compile=False, checks=None, **kwargs):
+                   frozen_by_callers=(), compile=False, **kwargs):
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
@@ -35,9 +35,7 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     the op under torch.compile against itself eagerly (and a torch.library custom op through opcheck):
     True picks inductor where it can generate code for the op's device (a C++ compiler, or Triton on a
     GPU), else aot_eager; or pass a backend's name or a backend callable. It costs a few compilations
-    (seconds each), so it is off by default; Dynamo's caches are emptied before and after it. checks: the names
-    of the checks to run, as the report's lines name them (None: every one that applies); the pytest plugin
-    runs again only the checks that can find the traps a first run found, to confirm them.
+    (seconds each), so it is off by default; Dynamo's caches are emptied before and after it.
 
     Raises UsageError (a ValueError) when the call itself is wrong: no floating-point tensor,
     arguments the forward cannot take, a reference that does not match."""
@@ -46,11 +44,6 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
         if len(args) > 1 or kwargs:
             raise UsageError("pass the op's arguments either in one Sample or after the op, not both")
         args, kwargs = args[0].args, args[0].kwargs
-    if checks is not None:
-        checks = (checks,) if isinstance(checks, str) else tuple(checks)
-        unknown = [name for name in checks if name not in runner.CHECK_NAMES]
-        if unknown:
-            raise UsageError(f"checks={unknown[0]!r} is no check's name; they are: {', '.join(runner.CHECK_NAMES)}")
     op = Op(fn, args, kwargs, device=DEVICE, no_grad=no_grad, frozen_by_callers=frozen_by_callers)
     backend = compiled.backend_for(compile, DEVICE)
     report = Report(name or op.name)
@@ -59,7 +52,7 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
         # then warns of overflows and NaNs, which say nothing the report does not.
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
         outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
-                                              compile_backend=backend, checks=checks)
+                                              compile_backend=backend)
     for outcome in outcomes:
         report.add(outcome)
     report.seconds = time.perf_counter() - start

@@ -109,28 +109,12 @@ CHECKS = (
 )
 
 
-CHECK_NAMES = tuple(check.name for check in CHECKS)
-
-
-def confirming(traps):
-    """The names of the checks that can find any of traps (names, as Report.traps gives them), with the same call
-    twice (the check others are undecided after): what a second run needs to confirm them. None (every check)
-    where a trap is one any check may find (a crash, wrong gradients handed back)."""
-    anywhere = {CRASHES.name, RETURNS_WRONG.name}
-    if set(traps) & anywhere:
-        return None
-    names = {check.name for check in CHECKS if {trap.name for trap in check.traps} & set(traps)}
-    return None if not names else (SAME_CALL, *(name for name in CHECK_NAMES if name in names and name != SAME_CALL))
-
-
 def applies(check, context, options):
     needs = {"reference": context.reference is not None, "function": is_function(context.op.fn),
              "two inputs": len(context.op.inputs) > 1, "two outputs": len(context.outputs) > 1,
              "second order": options.get("second_order", False), "compile": options.get("compile") is not None,
              "custom op": compiled.custom_op_of(context.op.fn) is not None}
-    chosen = options.get("checks")
-    return (context.label in check.sets and all(needs[n] for n in check.needs)
-            and (chosen is None or check.name in chosen))
+    return context.label in check.sets and all(needs[n] for n in check.needs)
 
 
 # What Triton says when it was imported before the backend could switch its interpreter on, on a machine
@@ -273,11 +257,10 @@ def grown_context(op, given, reference, earlier):
                                           f"thousand elements yourself to check every block and the tail", NOT_GROWN)
 
 
-def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None, checks=None):
+def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None):
     """(every outcome, what was checked): the given inputs, then the same grown. compile_backend: a backend for
-    torch.compile (compiled.backend_for), or None to leave the compile checks out. checks: the names of the checks
-    to run (None: every one that applies)."""
-    options = {"second_order": second_order, "compile": compile_backend, "checks": checks}
+    torch.compile (compiled.backend_for), or None to leave the compile checks out."""
+    options = {"second_order": second_order, "compile": compile_backend}
     try:
         given = Context(op, op.values, GIVEN, reference, options=options)
     except OpFaulted as fault:

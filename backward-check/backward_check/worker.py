@@ -13,9 +13,8 @@ CPU, in the suite's own process, and with CUDA, not at all: each with a note say
 
 Each check seeds torch's, Python's and NumPy's generators from the op and its signature, so that an op that draws
 from them (a random start) is checked alike in every run; a check that finds a trap is run again with another
-seed (the checks that can find the traps it found, not the others), and where the second run finds other traps, or
-none, the verdict is 'unstable', with both; not where every trap it found is one the accepted file accepts for the op
-(a finding that fails nothing is not worth a second check).
+seed, and where the second run finds other traps, or none, the verdict is 'unstable', with both; not where every
+trap it found is one the accepted file accepts for the op (a finding that fails nothing is not worth a second check).
 """
 import contextlib
 import dataclasses
@@ -109,16 +108,15 @@ def generator_states():
     return states
 
 
-def check_once(op, job, args, kwargs, seed, checks=None):
+def check_once(op, job, args, kwargs, seed):
     """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
-    checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators. checks:
-    the names of the checks to run (None: all)."""
+    checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
     from . import Sample, UsageError, check_backward
     from .compiled import backend_from_environment
     seed_everything(seed)
     seeded = generator_states()
     # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
-    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment(), "checks": checks}
+    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment()}
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
                                 **{key: value for key, value in optional.items() if value})
@@ -143,24 +141,20 @@ def _in_brief(verdict):
 
 def check_call(op, job, args, kwargs):
     """The check; and where it found a trap, and the op drew from the generators or ran on a GPU (whose atomic
-    adds need not sum in the same order twice), the checks that can find those traps again with the next seed
-    (runner.confirming: a large op's check costs seconds, and most of its checks found nothing to confirm): the
-    first Verdict where both found the same traps, else an unstable one that shows both (it fails no test). Not
-    again where every trap found is accepted: it fails nothing either way."""
+    adds need not sum in the same order twice), the check again with the next seed: the first Verdict where
+    both found the same traps, else an unstable one that shows both (it fails no test). Not again where every trap
+    found is accepted: it fails nothing either way."""
     first, drew = check_once(op, job, args, kwargs, job.seed)
     on_gpu = any(t.is_cuda for t in tensors_in((args, kwargs)))
     if first.status != TRAPS or not (drew or on_gpu) or set(first.traps) <= set(job.accepted):
         return first
-    from .runner import confirming
-    again = confirming(first.traps)
-    second, _ = check_once(op, job, args, kwargs, job.seed + 1, checks=again)
+    second, _ = check_once(op, job, args, kwargs, job.seed + 1)
     if set(second.traps) == set(first.traps):
         first.seconds += second.seconds
         return first
-    which = "every check" if again is None else f"the checks that can find those traps ({', '.join(again)})"
     return Verdict(UNSTABLE, f"UNSTABLE: {_in_brief(first)} with one seed, {_in_brief(second)} with another",
                    f"the op's random draws seeded with {job.seed}:\n{first.report or first.summary}\n\n"
-                   f"seeded with {job.seed + 1}, {which} again:\n{second.report or second.summary}",
+                   f"seeded with {job.seed + 1}:\n{second.report or second.summary}",
                    seconds=first.seconds + second.seconds)
 
 
