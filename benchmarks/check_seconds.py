@@ -2,26 +2,33 @@
 What one check of a large op costs, at this tree against another
 ================================================================
 
-The pytest plugin's cost on a suite of large ops is mostly its checks. This times one check_backward of a
-large cross entropy written in torch ops, shaped as Liger-Kernel 0.5.8's is (its forward writes the gradient
-into the logits; with reduction 'none' its backward reads grad_output's first element alone), at this tree
-and at another revision of the repository (a git worktree of it, made and removed here), in separate
-processes, each after a warm-up check of its own:
+The pytest plugin's cost on a suite of large ops is mostly its checks. This times one check of a recorded call
+as the plugin's worker makes it (worker.check_call: the check, and where it finds a trap in an op that draws
+random numbers or runs on a GPU, a second run with the next seed to confirm it), on a large cross entropy written
+in torch ops, shaped as Liger-Kernel 0.5.8's is (its forward writes the gradient into the logits; with reduction
+'none' its backward reads grad_output's first element alone; and its backward draws one random number, so that
+on the CPU too a trap is confirmed as on a GPU), at this tree and at another revision of the repository (a git
+worktree of it, made and removed here), in separate processes, each after a warm-up check of its own:
 
   a round      one check at this tree (A), one at the other (B), and one at this tree again (A'), in an
                order that rotates from round to round, so that drift on a shared machine weighs on all three;
   the ratio    B / A in each round, and its median;
   the A/A      A' / A: the same code, so its distance from 1 is noise. A ratio is called a difference only
-               where its median lies further from 1 than the largest A/A distance of the same run.
+               where its median lies further from 1 than the largest A/A distance of the same run;
+  the calls    how many times the check called the op (forward and backward): the same in every round, the
+               work a check makes whatever the machine's speed.
 
-It also compares the two trees' reports, word for word and number for number (their seconds aside): a change
-made for speed must not change what the checker says. On a CUDA GPU the op runs there (8192 x 32000 bfloat16 logits by default, Liger's own size);
-else on the CPU (112 x 32000: past the size where the checker holds its finite-difference directions).
+It also compares the two trees' verdicts: the traps found, and the first run's report word for word and number
+for number (its seconds aside). On a CUDA GPU the op runs there (8192 x 32000 bfloat16 logits by default,
+Liger's own size); else on the CPU (112 x 32000: past the size where the checker holds its finite-difference
+directions).
 
     python benchmarks/check_seconds.py --against REV [--rows N] [--rounds R] [--log PATH]
+    python benchmarks/check_seconds.py --against DIR ...    # a folder holding the other tree's backward-check/,
+                                                            # where the repository's history is not at hand
 
-Exit status: 0 done; 2 bad arguments (a revision git does not know); 1 a check failed to run, or the two trees'
-reports differ.
+Exit status: 0 done; 2 bad arguments (a revision git does not know, a folder without backward-check/); 1 a check failed to run, or the two trees'
+verdicts differ.
 """
 import argparse
 import json
@@ -31,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,8 +51,11 @@ def cross_entropy():
     import torch
 
     class InPlaceCrossEntropy(torch.autograd.Function):
+        calls = 0  # forward and backward calls, all told: the work a check makes, whatever the machine's speed
+
         @staticmethod
         def forward(ctx, logits, target, reduction):
+            InPlaceCrossEntropy.calls += 1
             wide = logits.float()
             loss = torch.logsumexp(wide, -1) - wide.gather(-1, target[:, None])[:, 0]
             gradient = torch.softmax(wide, -1)
@@ -59,6 +70,8 @@ def cross_entropy():
 
         @staticmethod
         def backward(ctx, grad_output):
+            InPlaceCrossEntropy.calls += 1
+            torch.rand(())  # a draw, so that a trap is confirmed on the CPU as on a GPU
             gradient, = ctx.saved_tensors
             scale = grad_output.reshape(-1)[0] if ctx.reduction == "none" else grad_output
             return gradient * scale, None, None
@@ -70,7 +83,7 @@ def child(checker, rows, reduction):
     """One warm-up check and one timed check, with the checker found in checker; prints a JSON line."""
     sys.path.insert(0, str(Path(checker) / "backward-check"))
     import torch
-    from backward_check import DEVICE, check_backward
+    from backward_check import DEVICE, worker
     op = cross_entropy()
     generator = torch.Generator().manual_seed(rows)
 
@@ -78,10 +91,21 @@ def child(checker, rows, reduction):
         logits = torch.randn(n, 32000, generator=generator).to(torch.bfloat16)
         return logits.to(DEVICE), torch.randint(0, 32000, (n,), generator=generator).to(DEVICE)
 
-    check_backward(op, *logits_and_target(4), reduction)  # imports, first calls
-    report = check_backward(op, *logits_and_target(rows), reduction)
-    said = re.sub(r"\(\d+(\.\d+)? s\)", "", str(report))  # the whole report, its seconds left out
-    print(json.dumps({"seconds": report.seconds, "report": said, "traps": report.traps}))
+    def check(n):
+        args = (*logits_and_target(n), reduction)
+        job = worker.Job("InPlaceCrossEntropy", args, {}, (), (), seed=n)
+        start = time.perf_counter()
+        verdict = worker.check_call(op, job, args, {})
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        return verdict, time.perf_counter() - start
+
+    check(4)  # imports, first calls
+    op.calls = 0
+    verdict, seconds = check(rows)
+    first = verdict.report.split("\n\nseeded with")[0]  # an unstable verdict's second report aside
+    print(json.dumps({"seconds": seconds, "calls": op.calls, "report": re.sub(r"\(\d+(\.\d+)? s\)", "", first),
+                      "traps": [verdict.summary, *verdict.traps]}))
 
 
 def run_child(checker, rows, reduction):
@@ -94,7 +118,8 @@ def run_child(checker, rows, reduction):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", help="the other revision (a commit, a tag, HEAD~1)")
+    parser.add_argument("--against", help="the other revision (a commit, a tag, HEAD~1), or a folder holding the "
+                                          "other tree's backward-check/")
     parser.add_argument("--rows", type=int, help="rows of the logits (default: 8192 on a GPU, 112 on the CPU)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--log", type=Path, help="also write the log here")
@@ -108,10 +133,17 @@ def main():
         parser.error("--against REV is required: the revision to compare this tree with")
     if options.rounds < 1 or (options.rows is not None and options.rows < 1):
         parser.error("--rounds and --rows take a whole number, 1 or more")
-    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", options.against + "^{commit}"], cwd=REPO,
-                           capture_output=True, text=True)
-    if known.returncode != 0:
-        parser.error(f"--against {options.against}: not a revision this repository has")
+    folder = Path(options.against)
+    if folder.is_dir():
+        if not (folder / "backward-check" / "backward_check").is_dir():
+            parser.error(f"--against {options.against}: a folder, but without backward-check/backward_check/ in it")
+        against = f"the tree in {options.against}"
+    else:
+        known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", options.against + "^{commit}"], cwd=REPO,
+                               capture_output=True, text=True)
+        if known.returncode != 0:
+            parser.error(f"--against {options.against}: not a revision this repository has, nor a folder")
+        against = f"{options.against} ({known.stdout.strip()[:12]})"
     import torch
     on_gpu = torch.cuda.is_available()
     rows = options.rows or (8192 if on_gpu else 112)
@@ -121,9 +153,9 @@ def main():
              + (f"GPU: {torch.cuda.get_device_name()}" if on_gpu else f"CPU only ({os.cpu_count()} cores)"),
              f"command: python benchmarks/check_seconds.py --against {options.against} --rows {rows} "
              f"--rounds {options.rounds}",
-             f"one check_backward of a cross entropy on ({rows}, 32000) bfloat16 logits, seconds as the report "
-             f"counts them; A = this tree, B = {options.against} ({known.stdout.strip()[:12]}), A' = this tree "
-             f"again"]
+             f"one check of a recorded call of a cross entropy on ({rows}, 32000) bfloat16 logits, as the plugin's "
+             f"worker makes it (the check, and the run that confirms a trap), in seconds; A = this tree, "
+             f"B = {against}, A' = this tree again"]
 
     def say(line):
         lines.append(line)
@@ -132,15 +164,17 @@ def main():
     for line in lines:
         print(line, flush=True)
     status = 0
-    with tempfile.TemporaryDirectory(prefix="check-seconds-") as folder:
-        other = Path(folder) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(other), options.against], cwd=REPO,
-                       check=True)
+    with tempfile.TemporaryDirectory(prefix="check-seconds-") as temporary:
+        worktree = None if folder.is_dir() else Path(temporary) / "tree"
+        other = folder.resolve() if worktree is None else worktree
+        if worktree is not None:
+            subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(worktree), options.against],
+                           cwd=REPO, check=True)
         try:
             for reduction in REDUCTIONS:
                 say(f"\nreduction {reduction!r}")
                 seconds = {"A": [], "B": [], "A'": []}
-                verdicts = {}
+                verdicts, calls = {}, {}
                 for round_ in range(options.rounds):
                     order = ["A", "B", "A'"]
                     order = order[round_ % 3:] + order[:round_ % 3]
@@ -148,6 +182,7 @@ def main():
                         got = run_child(other if label == "B" else REPO, rows, reduction)
                         seconds[label].append(got["seconds"])
                         verdicts.setdefault(label, (got["traps"], got["report"]))
+                        calls.setdefault(label, set()).add(got["calls"])
                     say(f"  round {round_ + 1}: " + "  ".join(f"{label} {seconds[label][-1]:6.2f}"
                                                              for label in ("A", "B", "A'")))
                 ratio = [b / a for a, b in zip(seconds["A"], seconds["B"])]
@@ -157,13 +192,15 @@ def main():
                                                      for label in ("A", "B", "A'")))
                 say(f"  B / A: median {statistics.median(ratio):.3f} (rounds {', '.join(f'{r:.3f}' for r in ratio)}); "
                     f"A' / A: {', '.join(f'{c:.3f}' for c in control)}, so the A/A spread is {spread:.3f}")
+                say("  the op's calls (forward and backward) in a check: "
+                    + ", ".join(f"{label} {'/'.join(map(str, sorted(calls[label])))}" for label in ("A", "B", "A'")))
                 if options.rounds < 3:
                     say("  too few rounds to tell a difference from noise (3 or more)")
                 else:
                     differs = abs(statistics.median(ratio) - 1) > spread
                     say(f"  {'a difference' if differs else 'no difference beyond the A/A spread'}")
                 same = verdicts["A"] == verdicts["B"]
-                say(f"  the traps at A: {'; '.join(verdicts['A'][0]) or 'none'}; the two trees' reports are "
+                say(f"  the verdict at A: {verdicts['A'][0][0]}; the two trees' verdicts and first reports are "
                     + ("the same, word for word and number for number" if same else "NOT the same"))
                 if not same:
                     say("  at A:\n" + verdicts["A"][1] + "\n  at B:\n" + verdicts["B"][1])
@@ -172,7 +209,8 @@ def main():
             print(f"check_seconds.py: {error}", file=sys.stderr)
             status = 1
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=REPO, capture_output=True)
+            if worktree is not None:
+                subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
     if options.log:
         options.log.write_text("\n".join(lines) + "\n")
     return status
