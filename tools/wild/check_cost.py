@@ -59,6 +59,7 @@ def breakdown(op, job, arguments, say, top=12):
     checker's checks timed alone, the GPU's work included; then the same run under torch.profiler: the GPU's busy
     time, and the kernels and operators that take most. Runs on any device (the tests run it on the CPU)."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     from backward_check import runner, worker
     took = collections.Counter()
@@ -89,7 +90,10 @@ def breakdown(op, job, arguments, say, top=12):
         _, total = seconds(lambda: worker.check_once(op, job, *arguments(), job.seed))
     events = profiled.key_averages()
     device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
-    busy = sum(getattr(e, device_key) for e in events) / 1e6
+    # The GPU's busy time: its kernels' own time (torch's table sums the same; a CPU operator's device time repeats
+    # its kernels').
+    busy = sum(getattr(e, device_key) for e in events
+               if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)) / 1e6
     say(f"  the same run under torch.profiler: {total:6.2f} s of wall clock"
         + (f", the GPU busy {busy:6.2f} s of it" if on_gpu else " (no GPU in use)"))
     for key, what in ((device_key, "kernels and operators by their own GPU time"),
