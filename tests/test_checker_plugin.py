@@ -385,47 +385,6 @@ def test_a_recorded_input_is_a_copy_laid_out_as_the_tests(make, requires_grad):
     assert copied.flat.numel() <= max(2 * original.numel(), original.untyped_storage().nbytes() // 4)
 
 
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory is a CUDA machine's")
-def test_a_large_copy_from_the_gpu_is_pinned_and_a_small_one_is_not():
-    from backward_check.recording import PINNED_FROM_BYTES, copy_tensor
-    large = torch.randn(PINNED_FROM_BYTES // 4, device="cuda")[::2]  # a strided view: its storage is copied
-    small = torch.randn(5, 4, device="cuda").t()
-    for original, pinned in ((large, True), (small, False)):
-        copied = copy_tensor(original)
-        assert copied.flat.device.type == "cpu" and copied.flat.is_pinned() == pinned
-        assert torch.equal(copied.tensor(), original)
-
-
-class PretendsToBeOnCuda(torch.Tensor):
-    """A CPU tensor that says it is on a CUDA GPU, so that the pinned copy is attempted on a machine without one."""
-
-    @property
-    def is_cuda(self):
-        return True
-
-
-def test_a_copy_where_no_memory_can_be_pinned_is_an_ordinary_one(monkeypatch):
-    """Pinning refused (a locked-memory limit; here, no CUDA at all): the copy is made into ordinary memory, the
-    same values; and a copy below PINNED_FROM_BYTES is never pinned."""
-    from backward_check import recording
-    asked = []
-    empty = torch.empty
-
-    def refusing_empty(*args, pin_memory=False, **kwargs):
-        asked.append(pin_memory)
-        if pin_memory:
-            raise RuntimeError("cudaHostAlloc: out of memory")
-        return empty(*args, **kwargs)
-
-    monkeypatch.setattr(recording.torch, "empty", refusing_empty)
-    large = torch.randn(recording.PINNED_FROM_BYTES // 4 + 1).as_subclass(PretendsToBeOnCuda)
-    small = torch.randn(recording.PINNED_FROM_BYTES // 8).as_subclass(PretendsToBeOnCuda)
-    assert torch.equal(recording.to_host(large).as_subclass(torch.Tensor), large.as_subclass(torch.Tensor))
-    assert asked == [True]
-    assert torch.equal(recording.to_host(small).as_subclass(torch.Tensor), small.as_subclass(torch.Tensor))
-    assert asked == [True]
-
 class Affine(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):

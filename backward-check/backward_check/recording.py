@@ -36,10 +36,6 @@ NOT_THE_SUITES = ("torch", "backward_check")
 # a block size or an ignore_index to pick its path, and a float that changes in every test makes a handful of
 # signatures, not one a test.
 NUMBER_VALUES_TOLD_APART = 3
-# A copy of at least this many bytes from a CUDA GPU goes into page-locked (pinned) memory, which the GPU writes at
-# the bus's full speed: for 500 MiB of logits on an H200, 0.01 s where torch's cache of pinned blocks has one of the
-# size, 0.24 s where it must pin a new one, against 0.37 s into ordinary memory. A smaller copy is as fast either way.
-PINNED_FROM_BYTES = 1 << 20
 
 
 @dataclasses.dataclass
@@ -85,22 +81,10 @@ def copy_tensor(t):
         if t.numel() == 0:
             return CopiedTensor(torch.empty(0, dtype=t.dtype), size, stride, str(t.device), requires_grad)
         if _kept_flat(t):
-            flat = to_host(t.as_strided((_span(t),), (1,), t.storage_offset()))
+            flat = t.as_strided((_span(t),), (1,), t.storage_offset()).to("cpu", copy=True)
         else:
             flat, stride = _compact(t)
         return CopiedTensor(flat, size, stride, str(t.device), requires_grad)
-
-
-def to_host(flat):
-    """A copy of a flat tensor on the CPU: from a CUDA GPU, into pinned memory where it is PINNED_FROM_BYTES or more
-    and the machine lets memory be pinned (torch keeps the pinned blocks for reuse until the process ends; the copies
-    waiting are held within --backward-check-memory either way); else into ordinary memory."""
-    if flat.is_cuda and flat.numel() * flat.element_size() >= PINNED_FROM_BYTES:
-        try:
-            return torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True).copy_(flat)
-        except RuntimeError:  # no memory may be pinned here (a locked-memory limit): the ordinary copy
-            pass
-    return flat.to("cpu", copy=True)
 
 
 def _compact(t):
