@@ -104,7 +104,7 @@ def child(checker, rows, reduction):
     op.calls = 0
     verdict, seconds = check(rows)
     first = verdict.report.split("\n\nseeded with")[0]  # an unstable verdict's second report aside
-    print(json.dumps({"seconds": seconds, "calls": op.calls, "report": re.sub(r"\(\d+(\.\d+)? s\)", "", first),
+    print(json.dumps({"seconds": seconds, "calls": op.calls, "device": str(DEVICE), "report": re.sub(r"\(\d+(\.\d+)? s\)", "", first),
                       "traps": [verdict.summary, *verdict.traps]}))
 
 
@@ -145,7 +145,7 @@ def main():
             parser.error(f"--against {options.against}: not a revision this repository has, nor a folder")
         against = f"{options.against} ({known.stdout.strip()[:12]})"
     import torch
-    on_gpu = torch.cuda.is_available()
+    on_gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"  # where the checker runs the op
     rows = options.rows or (8192 if on_gpu else 112)
     sys.path.insert(0, str(REPO / "tools"))
     import stamp
@@ -156,13 +156,16 @@ def main():
              f"one check of a recorded call of a cross entropy on ({rows}, 32000) bfloat16 logits, as the plugin's "
              f"worker makes it (the check, and the run that confirms a trap), in seconds; A = this tree, "
              f"B = {against}, A' = this tree again"]
+    log = options.log.open("w") if options.log else None  # written as it goes: a run cut short keeps its rounds
 
     def say(line):
-        lines.append(line)
         print(line, flush=True)
+        if log:
+            log.write(line + "\n")
+            log.flush()
 
     for line in lines:
-        print(line, flush=True)
+        say(line)
     status = 0
     with tempfile.TemporaryDirectory(prefix="check-seconds-") as temporary:
         worktree = None if folder.is_dir() else Path(temporary) / "tree"
@@ -170,19 +173,21 @@ def main():
         if worktree is not None:
             subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(worktree), options.against],
                            cwd=REPO, check=True)
+        say(f"checker files' hash at B: {stamp.checker_hash(other)} (at A: {stamp.checker_hash()})")
         try:
             for reduction in REDUCTIONS:
                 say(f"\nreduction {reduction!r}")
                 seconds = {"A": [], "B": [], "A'": []}
-                verdicts, calls = {}, {}
+                verdicts, calls, devices = {}, {}, set()
                 for round_ in range(options.rounds):
                     order = ["A", "B", "A'"]
                     order = order[round_ % 3:] + order[:round_ % 3]
                     for label in order:
                         got = run_child(other if label == "B" else REPO, rows, reduction)
                         seconds[label].append(got["seconds"])
-                        verdicts.setdefault(label, (got["traps"], got["report"]))
+                        verdicts.setdefault(label, set()).add((tuple(got["traps"]), got["report"]))
                         calls.setdefault(label, set()).add(got["calls"])
+                        devices.add(got["device"])
                     say(f"  round {round_ + 1}: " + "  ".join(f"{label} {seconds[label][-1]:6.2f}"
                                                              for label in ("A", "B", "A'")))
                 ratio = [b / a for a, b in zip(seconds["A"], seconds["B"])]
@@ -192,6 +197,8 @@ def main():
                                                      for label in ("A", "B", "A'")))
                 say(f"  B / A: median {statistics.median(ratio):.3f} (rounds {', '.join(f'{r:.3f}' for r in ratio)}); "
                     f"A' / A: {', '.join(f'{c:.3f}' for c in control)}, so the A/A spread is {spread:.3f}")
+                say(f"  B slower than A in {sum(r > 1 for r in ratio)} of {len(ratio)} rounds; the op on "
+                    f"{', '.join(sorted(devices))}")
                 say("  the op's calls (forward and backward) in a check: "
                     + ", ".join(f"{label} {'/'.join(map(str, sorted(calls[label])))}" for label in ("A", "B", "A'")))
                 if options.rounds < 3:
@@ -199,11 +206,17 @@ def main():
                 else:
                     differs = abs(statistics.median(ratio) - 1) > spread
                     say(f"  {'a difference' if differs else 'no difference beyond the A/A spread'}")
-                same = verdicts["A"] == verdicts["B"]
-                say(f"  the verdict at A: {verdicts['A'][0][0]}; the two trees' verdicts and first reports are "
-                    + ("the same, word for word and number for number" if same else "NOT the same"))
+                here = verdicts["A"] | verdicts["A'"]
+                same = here == verdicts["B"]
+                say(f"  the verdict at A: {' / '.join(sorted(v[0][0] for v in here))}; the two trees' verdicts and "
+                    f"first reports are "
+                    + ("the same, word for word and number for number, in every round" if same else "NOT the same"))
+                if len(here) > 1:
+                    say("  (this tree's own verdicts or reports differ from one run to another)")
                 if not same:
-                    say("  at A:\n" + verdicts["A"][1] + "\n  at B:\n" + verdicts["B"][1])
+                    for label, found in (("A", here), ("B", verdicts["B"])):
+                        for traps, report in sorted(found):
+                            say(f"  at {label}:\n{report}")
                     status = 1
         except RuntimeError as error:
             print(f"check_seconds.py: {error}", file=sys.stderr)
@@ -211,8 +224,8 @@ def main():
         finally:
             if worktree is not None:
                 subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
-    if options.log:
-        options.log.write_text("\n".join(lines) + "\n")
+    if log:
+        log.close()
     return status
 
 

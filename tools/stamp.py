@@ -25,15 +25,16 @@ CHECKER_FILES = ("backward-check/backward_check/*.py", "backward-check/pytest_ba
 STAMP_WORDS = "sha256 of backward-check/backward_check/*.py, backward-check/pytest_backward_check.py and practice/backward_checker.py"
 
 
-def checker_files():
-    return sorted({path for pattern in CHECKER_FILES for path in REPO.glob(pattern)})
+def checker_files(root=REPO):
+    return sorted({path for pattern in CHECKER_FILES for path in Path(root).glob(pattern)})
 
 
-def checker_hash():
-    """The first 12 hex digits of sha256 over each checker file's path and bytes, in path order."""
+def checker_hash(root=REPO):
+    """The first 12 hex digits of sha256 over each checker file's path and bytes, in path order (of the tree at
+    root: this one by default)."""
     digest = hashlib.sha256()
-    for path in checker_files():
-        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in checker_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
