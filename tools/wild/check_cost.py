@@ -18,7 +18,9 @@ called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reductio
 With --breakdown it times, instead, where one check's seconds go: each of the checker's checks alone (a check
 that finds a trap on a GPU is run again with the next seed by the plugin; this times one run), the set-up
 before the first check (the right gradient by finite differences, the op's measured noise), and the same check
-under torch.profiler: the GPU's busy time against the wall clock, the kernels and the operators that take most.
+under torch.profiler: the GPU's busy time against the wall clock, the kernels and the operators that take most
+(in this process, whose launches do not wait for each kernel as the worker's do: about half a second of a check
+of this op, by the stages above).
 
     python3 tools/wild/check_cost.py [--log PATH] [--rows N]                 # a CUDA GPU; the log is also printed
     python3 tools/wild/check_cost.py --breakdown [--log PATH] [--rows N]
