@@ -163,13 +163,17 @@ class SquareWritesSavedInput(torch.autograd.Function):
 
 
 @triton.jit
-def square_backward_reading_rows(grad_out_ptr, x_ptr, grad_in_ptr, rows, cols, BLOCK: tl.constexpr):
-    """fla-core's causal_conv1d mechanism: grad_output's strides taken from its shape, as if contiguous."""
+def square_backward_reading_rows(grad_out_ptr, x_ptr, grad_in_ptr, rows, cols, g_elements, BLOCK: tl.constexpr):
+    """fla-core's causal_conv1d mechanism: grad_output's strides taken from its shape, as if contiguous. Its reads
+    stop at the end of grad_output's memory (g_elements): the planted bug reads the wrong elements, and 0 past
+    the end, but never outside the buffer, where a GPU faults and the fault poisons the process for every test
+    after it (a stride-0 grad_output, after .sum(), is one element of memory)."""
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     mask = c < cols
     x = tl.load(x_ptr + row * cols + c, mask=mask, other=0.0)
-    g = tl.load(grad_out_ptr + row * cols + c, mask=mask, other=0.0)  # BUG: row * g.stride(0)
+    inside = row * cols + c < g_elements
+    g = tl.load(grad_out_ptr + row * cols + c, mask=mask & inside, other=0.0)  # BUG: row * g.stride(0)
     tl.store(grad_in_ptr + row * cols + c, g * 2.0 * x, mask=mask)
 
 
@@ -177,7 +181,8 @@ def square_hard_coded_strides(x, g):
     x = x.contiguous()
     grad = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows, cols = x.shape
-    square_backward_reading_rows[(rows,)](g, x, grad, rows, cols, BLOCK=triton.next_power_of_2(cols))
+    g_elements = g.untyped_storage().nbytes() // g.element_size() - g.storage_offset()  # from g's first element
+    square_backward_reading_rows[(rows,)](g, x, grad, rows, cols, g_elements, BLOCK=triton.next_power_of_2(cols))
     return grad
 
 
