@@ -107,6 +107,15 @@ def breakdown(op, job, arguments, say, top=12):
             say(f"    {line}".rstrip())
 
 
+def recorded(op, args, copies, nbytes):
+    """The call of op on args as the plugin records it (copies: copy_value's of args), and its job."""
+    from backward_check import worker
+    from backward_check.recording import RecordedCall, signature_of
+    signature, described = signature_of(args, {}, {})
+    call = RecordedCall(op, f"{op.__module__}.{op.__qualname__}", signature, described, (), "t", nbytes, copies, {})
+    return call, worker.job_of(call, ())
+
+
 def launches(call, job, say):
     """Round trips of call through a worker whose launches wait for each kernel (the default) and one whose do not,
     alternately, twice each (after one round trip that starts both and compiles)."""
@@ -151,7 +160,7 @@ def main():
     import stamp
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
     from backward_check import worker
-    from backward_check.recording import RecordedCall, copy_value, restore_value, signature_of
+    from backward_check.recording import copy_value, restore_value
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name()}",
@@ -171,12 +180,10 @@ def main():
         target = torch.randint(0, 32000, (options.rows,), device="cuda")
         args = (logits, target, None, -100, 0.0, 0.0, reduction, None, False)
         say(f"\nreduction {reduction!r}")
+        nbytes = logits.numel() * logits.element_size()
         if options.breakdown:
             copies = copy_value(args)
-            signature, described = signature_of(args, {}, {})
-            call = RecordedCall(LigerCrossEntropyFunction, "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction",
-                                signature, described, (), "t", logits.numel() * logits.element_size(), copies, {})
-            job = worker.job_of(call, ())
+            call, job = recorded(LigerCrossEntropyFunction, args, copies, nbytes)
             worker.check_once(LigerCrossEntropyFunction, job, restore_value(copies), {}, job.seed)  # compiles
             breakdown(LigerCrossEntropyFunction, job, lambda: (restore_value(copies), {}), say)
             continue
@@ -188,7 +195,6 @@ def main():
         say(f"  (into pinned memory, for comparison: {pinned[0]:.2f}, again {pinned[1]:.2f})")
         # The parcel: a file the worker maps, or bytes.
         sent = {"job": copies}
-        nbytes = logits.numel() * logits.element_size()
         parcel, took = seconds(lambda: worker.parcel_of(sent, nbytes))
         say(f"  parcel: written to a file ({parcel[0]} in {os.path.dirname(parcel[1]) if parcel[0] == 'file' else '-'})"
             f"  {took:6.2f}")
@@ -201,10 +207,7 @@ def main():
         say(f"  bytes (before): loaded and put on the GPU          {took:6.2f}")
         del buffer, received
         # The check in this process, twice.
-        signature, described = signature_of(args, {}, {})
-        name = "liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction"
-        call = RecordedCall(LigerCrossEntropyFunction, name, signature, described, (), "t", nbytes, copies, {})
-        job = worker.job_of(call, ())
+        call, job = recorded(LigerCrossEntropyFunction, args, copies, nbytes)
         worker.check_call(LigerCrossEntropyFunction, job, restore_value(copies), {})  # compiles the new layouts
         for run in (1, 2):
             verdict, took = seconds(lambda: worker.check_call(LigerCrossEntropyFunction, job, restore_value(copies),
@@ -228,10 +231,7 @@ def main():
             launches(call, job, say)
             small = torch.randn(3, 20, device="cuda", requires_grad=True)
             from hardened_ops import TritonGELU
-            signature, described = signature_of((small,), {}, {})
-            tiny = RecordedCall(TritonGELU, "hardened_ops.TritonGELU", signature, described, (), "t", small.nbytes,
-                                copy_value((small,)), {})
-            launches(tiny, worker.job_of(tiny, ()), say)
+            launches(*recorded(TritonGELU, (small,), copy_value((small,)), small.nbytes), say)
     if options.log:
         options.log.write_text("\n".join(lines) + "\n")
     return 0
