@@ -203,7 +203,7 @@ def test_a_suite_past_its_deadline_is_interrupted_and_prints_its_counts(tmp_path
                                 "-p", "no:cacheprovider"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     output, interrupted, killed = suites.stop(process, 30)  # room for pytest to start on a loaded machine
-    assert interrupted and not killed and process.returncode == 2
+    assert interrupted and not killed and process.returncode == 2, (killed, process.returncode, output[-3000:])
     assert "KeyboardInterrupt" in output and "interrupted at the 30 s deadline" in output
     run = suites.Run(LIGER, "buggy", LIGER.buggy, False, code=2, interrupted=True, output=output)
     assert suites.outcome(run) == "1 passed (interrupted)"
