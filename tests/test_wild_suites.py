@@ -199,7 +199,12 @@ def test_the_accepted_file_lists_traps_by_op(tmp_path):
 def test_a_suite_past_its_deadline_is_interrupted_and_prints_its_counts(tmp_path):
     (tmp_path / "test_slow.py").write_text("import time\n\ndef test_quick():\n    pass\n\n"
                                            "def test_slow():\n    time.sleep(120)\n")
-    process = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_slow.py"), "-q",
+    # A shell that starts a command in the background without job control (`make test &` in a script) starts it
+    # with SIGINT ignored, and its children inherit that: pytest would sleep through the interrupt. The suite here
+    # takes Ctrl-C as a terminal's would, whatever this test's process inherited.
+    honours_ctrl_c = ("import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "sys.exit(pytest.main(sys.argv[1:]))")
+    process = subprocess.Popen([sys.executable, "-c", honours_ctrl_c, str(tmp_path / "test_slow.py"), "-q",
                                 "-p", "no:cacheprovider"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     output, interrupted, killed = suites.stop(process, 30)  # room for pytest to start on a loaded machine
