@@ -283,13 +283,14 @@ class Run:
     graded: list           # the outputs that carry a gradient
     raw: object = None     # what the op returned, as it returned it
 
-    def grad(self, grad_outputs, retain_graph=False, only=None, positions=None):
+    def grad(self, grad_outputs, retain_graph=False, only=None, positions=None, drew=None):
         """autograd.grad of the graded outputs under grad_outputs, for every leaf (None where none).
         positions: where, among all outputs, each grad_output's output is (those that carried a gradient
         with every input wanting one): an output that carries none here (it depends on a frozen input
         alone) is left out with its grad_output, so no grad_output meets another's output.
         only: which of those to take it of (the others unused: autograd hands their backward zeros,
-        or None after ctx.set_materialize_grads(False)); grad_outputs then one for each of those."""
+        or None after ctx.set_materialize_grads(False)); grad_outputs then one for each of those. The backward is
+        seeded (see seeded), and drew told where it drew."""
         wanted = [leaf for leaf in self.leaves if leaf is not None]
         if not wanted:
             return [None] * len(self.leaves)
@@ -301,18 +302,39 @@ class Run:
         if not pairs:
             return [None] * len(self.leaves)
         outputs, grad_outputs = zip(*pairs)
-        grads = iter(torch.autograd.grad(outputs, wanted, grad_outputs, allow_unused=True,
-                                         retain_graph=retain_graph))
+        grads = iter(seeded_grad(outputs, wanted, grad_outputs, allow_unused=True, retain_graph=retain_graph,
+                                 drew=drew))
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 
 
-def seeded(fn, *args):
-    """fn(*args) with torch's random generators seeded alike for every call (and restored after), so that
-    an op that draws random numbers (a dropout) gives the same answer twice, as a stateless op must."""
+# The seed every call of the op is made with, forward and backward alike.
+SEED = 17
+
+
+def torch_generator_states(devices):
+    """What a draw from torch's CPU generator, or a CUDA one of devices, changes."""
+    return [bytes(s.numpy()) for s in [torch.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in devices)]]
+
+
+def seeded(fn, *args, drew=None, **kwargs):
+    """fn(*args, **kwargs) with torch's random generators seeded alike for every call (and restored after), so
+    that an op that draws random numbers (a dropout; a backward that samples) gives the same answer twice, as a
+    stateless op must. drew: a list that gets True appended where fn drew from them."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(17)
-        return fn(*args)
+        torch.manual_seed(SEED)
+        if drew is None:
+            return fn(*args, **kwargs)
+        before = torch_generator_states(devices)
+        out = fn(*args, **kwargs)
+        if torch_generator_states(devices) != before:
+            drew.append(True)
+        return out
+
+
+def seeded_grad(*args, drew=None, **kwargs):
+    """torch.autograd.grad, seeded (see seeded): every backward the checker compares draws alike."""
+    return seeded(torch.autograd.grad, *args, drew=drew, **kwargs)
 
 
 def seeded_call(op, passed, fn=None):

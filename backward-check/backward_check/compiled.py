@@ -32,7 +32,7 @@ import warnings
 import torch
 
 from .backend import DEVICE, SPELLINGS_OF_ON
-from .calling import UsageError, announce, carries_gradient, clip, flatten, is_function, seeded, Run
+from .calling import UsageError, announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
 from .context import copies, reraise_fault
 from .report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
 from .strategies import layouts_for
@@ -333,7 +333,7 @@ class Calls:
         raw = seeded(fn, *passed, *[convert(t) for t in case.extra])
         if case.grad_outputs is None:  # fn returns the loss
             wanted = [leaf for leaf in leaves if leaf is not None]
-            grads = iter(torch.autograd.grad(raw, wanted, allow_unused=True))
+            grads = iter(seeded_grad(raw, wanted, allow_unused=True))
             return [raw.detach()], copies([next(grads) if leaf is not None else None for leaf in leaves])
         outputs = flatten(raw)
         run = Run(leaves, passed, outputs, [t for t in outputs if carries_gradient(t)], raw)

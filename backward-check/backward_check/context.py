@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .calling import UsageError, announce, carries_gradient, clip, forward
+from .calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
 from .report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
 from .strategies import describe_shapes, input_layouts_for, randn
 from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, flat, narrowest, relative_error
@@ -102,6 +102,8 @@ class Context:
         self.given = given             # the given inputs' context, where these are grown
         self.earlier = tuple(earlier)  # what the checks found on the given inputs, where these are grown
         self.base = 0 if label == "given" else 1
+        # True appended each time a backward of the op drew from torch's generators (seeded alike every call)
+        self.drew = []
         first = self.run("the forward")
         self.first = first
         self.outputs = [o.detach() for o in first.graded]
@@ -163,7 +165,8 @@ class Context:
         that hands back a workspace it reuses cannot change them at its next call."""
         announce(what + self.where())
         try:
-            grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions)
+            grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions,
+                             drew=self.drew)
         except Exception as error:  # noqa: BLE001
             frozen = self.frozen_by_checker(i for i in self.op.inputs if run.leaves[i] is None)
             raise raised(what, error, made_up=made_up or self.grown, frozen=frozen) from error
@@ -182,7 +185,7 @@ class Context:
         wanted = [x for x in leaves if x is not None]
         announce(what + self.where())
         try:
-            grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True))
+            grads = iter(seeded_grad(loss, wanted, allow_unused=True, drew=self.drew))
         except Exception as error:  # noqa: BLE001
             raise raised(what, error, made_up=self.grown) from error
         return copies([next(grads) if x is not None else None for x in leaves])

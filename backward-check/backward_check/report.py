@@ -74,6 +74,7 @@ REFUSED_FROZEN = "refuses an input frozen, which no caller does"
 GRAPH_BREAK = "a graph break under torch.compile"
 COMPILE_REFUSED = "torch.compile fails on the op"
 NEEDS_A_GPU = "needs a GPU"
+DRAWS_IN_BACKWARD = "draws random numbers in its backward"
 OTHER = "other"
 
 

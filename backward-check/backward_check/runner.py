@@ -22,7 +22,7 @@ from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
-from .report import (CONTRACT, COVERS_PART, CRASHES, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
+from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
                      CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
                      WRONG_UNDER_COMPILE, Finding, Note, Undecided)
@@ -229,6 +229,29 @@ def run_set(context, options):
     return outcomes
 
 
+# The traps a comparison of gradients names: a backward that samples by design answers with its draws, which land
+# elsewhere for another layout or another order of calls, so none of them is a verdict on it, and each is said as
+# what it is. Writes, raises, what backward returns and the forward are judged as ever.
+SAMPLED = (WRONG_FORMULA, IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, SINGLE_USE, KEEPS_STATE, COVERS_PART,
+           CONTIGUOUS_GRAD_OUTPUT, LAID_OUT_LIKE_INPUT, CONTIGUOUS_INPUT)
+
+
+def drawn(outcomes, contexts):
+    """outcomes, where a backward of the op drew random numbers (in any context): a note that says so, and each
+    finding of a gradient compared (SAMPLED) said as a sample's distance, undecided: the checker seeds every call
+    alike, so two calls it compares draw alike, but a sampled gradient is not a derivative to hold to a truth, nor
+    one call in a graph to the same call alone (their draws come in another order)."""
+    if not any(c.drew for c in contexts):
+        return outcomes
+    note = Note("random draws", "the backward draws random numbers (torch's generator moved in it): every call the "
+                                "checker compares was seeded alike, and the gradients it returns are the draws' own",
+                DRAWS_IN_BACKWARD)
+    said = [Undecided(o.check, f"the backward draws random numbers, so its gradient is a sample, which this "
+                               f"comparison cannot judge (it found: {o.evidence})")
+            if isinstance(o, Finding) and o.trap in SAMPLED else o for o in outcomes]
+    return [note] + said
+
+
 def grown_context(op, given, reference, earlier):
     """The given values grown past several blocks, by the first growth plan that the op and the reference
     both take; else (None, a note saying why not)."""
@@ -278,6 +301,7 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         pass  # the op refuses nudged values, or faults on them: the checks that need the right gradient say so
     outcomes = contract_notes(given) + run_set(given, options)
     checked = [describe_shapes(op.values)]
+    context = None
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
         try:
             context, note = grown_context(op, given, reference, outcomes)
@@ -289,6 +313,7 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         if context is not None:
             outcomes += run_set(context, options)
             checked.append(f"grown to {describe_shapes(context.values)}")
+    outcomes = drawn(outcomes, [given] + ([context] if context is not None else []))
     try:
         truth = given.truth.describe()
     except (OpRaised, UsageError):

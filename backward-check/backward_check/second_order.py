@@ -1,7 +1,7 @@
 """create_graph=True: refuse loudly, or be right (Chapter 16: a kernel's output carries no graph)."""
 import torch
 
-from .calling import forward
+from .calling import forward, seeded_grad
 from .context import OpRaised, reraise_fault
 from .report import SECOND_ORDER, Finding, Passed, Undecided
 from .truth import TOLERANCE, flat, relative_error
@@ -12,12 +12,12 @@ def penalty(context, fn, g, dtype=None):
     first gradient carries no graph at all."""
     run = forward(context.op, fn=fn, dtype=dtype, values=context.values)
     wanted = [x for x in run.leaves if x is not None]
-    first = torch.autograd.grad(run.graded, wanted, [t.to(o.dtype) for t, o in zip(g, run.graded)],
+    first = seeded_grad(run.graded, wanted, [t.to(o.dtype) for t, o in zip(g, run.graded)],
                                 create_graph=True, allow_unused=True)
     first = [d for d in first if d is not None and d.requires_grad]
     if not first:
         return None
-    grads = torch.autograd.grad(sum((d ** 2).sum() for d in first), wanted, allow_unused=True)
+    grads = seeded_grad(sum((d ** 2).sum() for d in first), wanted, allow_unused=True)
     return [torch.zeros_like(x) if p is None else p for x, p in zip(wanted, grads)]
 
 

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call
+from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call, seeded_grad
 from .contracts import found, projection
 from .strategies import BLOCK, generator, randn_flat
 
@@ -345,7 +345,7 @@ class Reference:
                              f"{len(grad_outputs)}: they must match")
         wanted = [leaf for leaf in leaves if leaf is not None]
         gs = [g.to(o.dtype) for g, o in zip(grad_outputs, outs)]
-        grads = iter(torch.autograd.grad(outs, wanted, gs, allow_unused=True))
+        grads = iter(seeded_grad(outs, wanted, gs, allow_unused=True))
         result = []
         for leaf in leaves:
             if leaf is None:

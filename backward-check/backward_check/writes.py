@@ -2,7 +2,7 @@
 of the same tensor reads it too), and a backward may not change what it saved."""
 import torch
 
-from .calling import carries_gradient, clip, flatten, seeded_call
+from .calling import carries_gradient, clip, flatten, seeded_call, seeded_grad
 from .context import OpRaised, frozen_sets, largest_change, reraise_fault
 from .report import BUFFER_UPDATED, KEEPS_STATE, MUTATES_GRAD_OUTPUT, WRITES, Finding, Note, Passed
 from .truth import flat
@@ -63,7 +63,7 @@ def harm(context, i):
     outs = [o for o in flatten(seeded_call(context.op, passed)) if carries_gradient(o)]
     loss = sum((o * gk).sum() for o, gk in zip(outs, g)) + sibling
     try:
-        got, = torch.autograd.grad(loss, [leaves[i]], allow_unused=True)
+        got, = seeded_grad(loss, [leaves[i]], allow_unused=True, drew=context.drew)
     except RuntimeError as error:  # autograd's version counter saw it: a write through torch, not a kernel
         return f"autograd refuses the sibling's backward ({clip(error, 90)})"
     want = flat(2 * context.values[i].double() * w.double()) + (0 if alone is None else flat(alone))
@@ -128,7 +128,7 @@ def sibling(context):
     loss = ((run.graded[0] + branch) * w).sum() + sum((o * 0).sum() for o in run.graded[1:])
     wanted = [y] + [x for x in run.leaves if x is not None]  # the op's backward must run too
     try:
-        grad_y = torch.autograd.grad(loss, wanted, allow_unused=True)[0]
+        grad_y = seeded_grad(loss, wanted, allow_unused=True, drew=context.drew)[0]
     except Exception as error:  # noqa: BLE001  (a write into a stride-0 grad_output raises, say)
         reraise_fault("the backward, beside a sibling", error)
         return f"beside it, ((op(x) + y) * w).sum() raises ({clip(f'{type(error).__name__}: {error}', 90)})"
@@ -145,7 +145,7 @@ def twice_over_one_graph(context, check):
     saved = [None if t is None else t.detach().clone() for t in getattr(node, "saved_tensors", ()) or ()]
     once = context.grads(run, [t.clone() for t in g], "the backward, with retain_graph=True", retain_graph=True)
     try:
-        again = run.grad([t.clone() for t in g], retain_graph=True)  # kept, to read what it saved
+        again = run.grad([t.clone() for t in g], retain_graph=True, drew=context.drew)  # kept, to read what it saved
     except Exception as error:  # noqa: BLE001  (refusing a second backward, loudly, is legal)
         reraise_fault("the second backward over one graph", error)
         if "modified by an inplace operation" in str(error):  # autograd's version counter caught a write
