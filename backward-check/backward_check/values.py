@@ -9,7 +9,7 @@ from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_G
                      Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
-from .strategies import describe_shapes, grow, growth_plans, randn, uniform_like
+from .strategies import describe_shapes, grow, growth_plans, protected_sizes, randn, uniform_like
 from .strides import laid_out_as
 from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 
@@ -164,8 +164,8 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     if got[i] is None:
         return finding(RETURNS_WRONG, "backward returned None for it, though it needs a gradient (autograd takes "
                                       "None as zeros)")
-    stop = stops_short(got[i], expected, i) and not right_for_uniform(context, i)
-    if stop:
+    stop = stops_short(got[i], expected, i)
+    if stop and not right_for_uniform(context, i):
         return finding(COVERS_PART, f"{stop}: the grid, or the mask, stops short of the tail")
     if not context.grown and not right_for_uniform(context, i):
         stop = stops_short_when_grown(context, i)
@@ -194,6 +194,10 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return Undecided(check, f"{who}the gradient is {off:.3g} (relative) off under a random grad_output, just past "
                                 f"the {expected.tolerance[i]:.3g} this op's precision allows: too little for any trap, "
                                 f"too much to call right; {near}{where}")
+    block = right_within_a_block(context, i)
+    if block:
+        return finding(COVERS_PART, f"the gradient is {off:.3g} (relative) off, but {block}: the grid, or the mask, "
+                                    f"covers only the first block")
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
     # A backward whose answer triples with grad_output reads it, however close a random one's first value came to 1
     # (in bfloat16, grad_output[0] = 0.97 is 1 within the tolerance): that is the uniform trap, further on.
@@ -417,6 +421,54 @@ def stops_short_when_grown(context, i):
     if not stop or right_for_uniform(context, i, values):
         return ""
     return f"{describe_shapes(values)}, {stop}"
+
+
+# The block sizes a kernel may hard-code, tried from the largest below a dimension's size down: a gradient right
+# with the dimension cut to one of them, and wrong at its size, is a grid or a mask that covers one block.
+BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4)
+# At most this many cut sizes are tried for each size (each a forward, a backward and the right gradient).
+BLOCKS_TRIED = 4
+
+
+def right_within_a_block(context, i):
+    """Where input i's gradient is wrong at these values' sizes, and right with every dimension of one size cut
+    to a block (a power of two below it, the largest that is right, its values the given ones' first elements,
+    jittered), 'right with every dimension of size n cut to b, wrong at n' (and at the block tried above b);
+    else ''. Sizes the checker may not change (an integer tensor's, a length passed beside) are never cut."""
+    protected = protected_sizes(context.values, context.op.slots, context.op.inputs)
+    shapes = {k: tuple(context.values[k].shape) for k in context.op.inputs}
+    sizes = sorted({n for shape in shapes.values() for n in shape if n > BLOCKS[-1] and n not in protected},
+                   reverse=True)
+    for n in sizes:
+        wrong_at = [n]
+        for b in [b for b in BLOCKS if b < n][:BLOCKS_TRIED]:
+            plan = {(k, d): b for k, shape in shapes.items() for d, m in enumerate(shape) if m == n}
+            right = right_at(context, i, plan)
+            if right is None:
+                break
+            if right:
+                above = f" and at {wrong_at[-1]}" if len(wrong_at) > 1 else ""
+                return f"right with every dimension of size {n} cut to {b}, wrong at {n}{above}"
+            wrong_at.append(b)
+    return ""
+
+
+def right_at(context, i, plan):
+    """Whether input i's gradient is right on the values cut by plan (True, False), or None where that cannot be
+    judged there (the op, the contract or the truth refuses the values, or the truth is too loose)."""
+    try:
+        values = grow(context.values, plan)
+        outputs = context.run("with a dimension cut to a block", values=values, made_up=True).graded
+        g = [randn(o.shape, o, f"cut to a block {k}", context.base) for k, o in enumerate(outputs)]
+        got = context.vjp(g, "with a dimension cut to a block", values=values, made_up=True)
+        expected = Truth(context.op, values, context.reference, context.graded_positions, sample=True).expected(g)
+    except OpFaulted:
+        raise
+    except Exception:  # noqa: BLE001  (no cut values keep the contract, or the op or the truth refuses them)
+        return None
+    if got[i] is None or tuple(got[i].shape) != tuple(values[i].shape) or context.noisy(expected, [i]):
+        return None
+    return expected.error(got[i], i, values[i].shape) <= 1.0
 
 
 def narrowed(context, i):
