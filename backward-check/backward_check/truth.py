@@ -47,6 +47,15 @@ FD_MAX_CALLS = 4000
 FD_MAX_S = 600.0
 FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
+# The forward's own noise (FiniteDifferences.forward_noise) is measured at steps NOISE_LEVELS times apart; a level
+# whose fourth difference grows less than NOISE_GROWTH times by the next is noise, not the forward's curvature (65536
+# times) or kinks (64 times). Where it is more than NOISE_ABOVE_EPS of the dtype's epsilons of the outputs' size, the
+# columns are differenced at a step of STEP_SHARE times its cube root (relative), at most WIDEST_STEP.
+NOISE_LEVELS = 16
+NOISE_GROWTH = 32
+NOISE_ABOVE_EPS = 64
+STEP_SHARE = 0.3
+WIDEST_STEP = 0.05
 # Past FD_MAX_CALLS, the gradient is checked along random directions instead of column by column (as
 # gradcheck's fast mode and JAX's check_vjp do): <gradient, u> against the directional derivative
 # (f(x + h u) - f(x - h u)) / 2h, at a cost that grows with the directions, not the elements. Some
@@ -468,11 +477,13 @@ class FiniteDifferences:
         # noise, and shows an element whose steps straddle a kink (ReLU at 0, say), where there is no
         # derivative for finite differences to find: such an element is left out, never judged.
         self.jacobians, self.kinks = {}, {}
+        self.noise = {}  # input: (the forward's own noise, relative, and the wider step it was differenced at)
         for i in op.inputs:
+            at, noise = self._step_for_the_noise(i, step, base)
             if i in self.directions:
-                self.jacobians[i] = self._directional(i, step, base)
+                self.jacobians[i] = self._directional(i, at, base, noise=noise)
                 continue
-            fine, coarse, smooth = self._jacobians(i, step, self.columns[i], base)
+            fine, coarse, smooth = self._jacobians(i, at, self.columns[i], base, noise=noise)
             on_device = smooth.to(fine.device)
             fine, coarse = fine[on_device], coarse[on_device]
             if self._too_noisy(fine, coarse) and not self.contracts[i].lattice:
@@ -480,11 +491,64 @@ class FiniteDifferences:
                 # in float32) by less than the loss's own rounding: a step of every element at once moves it
                 # far more, and the directional derivative hears what the column could not.
                 self.directions[i] = self._directions(i)
-                self.jacobians[i] = self._directional(i, step, base)
+                self.jacobians[i] = self._directional(i, at, base, noise=noise)
                 continue
             self.kinks[i] = int((~smooth).sum())
             self.columns[i] = self.columns[i][smooth]
             self.jacobians[i] = (fine, coarse)
+
+    def _step_for_the_noise(self, i, step, center):
+        """(the step, the noise allowed) for input i's columns: the dtype's step, and no noise beside its rounding,
+        unless the forward's own noise (forward_noise) is more than NOISE_ABOVE_EPS of its dtype's epsilons of its
+        outputs' size. A forward computed to a tolerance (a solver's, a bisection's grid) moves in steps far coarser
+        than its dtype's, which a step made for the dtype reads as the slope (most columns rough, as at a kink, and
+        the few that agree by chance wrong); then the step is widened as central differences want for that noise
+        (STEP_SHARE times its cube root, relative, as the dtype's steps are for its epsilon), and the noise allowed
+        in the two steps' agreement, which then sets the tolerance."""
+        if self.contracts[i].lattice or not self.computed.is_floating_point:
+            return step, 0.0
+        largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
+        noise = self.forward_noise(i, step, center)
+        if not largest or noise <= NOISE_ABOVE_EPS * torch.finfo(self.computed).eps * largest:
+            return step, 0.0
+        wider = min(WIDEST_STEP, max(step, STEP_SHARE * (noise / largest) ** (1 / 3)))
+        self.noise[i] = (noise / largest, wider)
+        return wider, noise
+
+    def forward_noise(self, i, step, center):
+        """The forward's own noise in its outputs, absolute, from the op alone: the root mean square, over the
+        outputs, of the fourth difference along a random direction of input i, over sqrt(70) (its gain on
+        independent noise), at steps NOISE_LEVELS times apart from the dtype's step up. The fourth difference
+        of a smooth forward is its rounding and its fourth derivative, which grows as the step's fourth power,
+        and of kinks in some elements (a ReLU's) as its power 1.5; of a forward computed to a tolerance it is
+        that tolerance's steps, which grow no faster than the square root of the step, as more elements cross
+        one. The noise is the largest level that grows less than NOISE_GROWTH times by the next: 0 where none
+        does, or the op refuses the moved values."""
+        x = flat(self.values[i]).cpu()
+        finite = x[x.isfinite()]
+        typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
+        scale = torch.where(x.isfinite(), x.abs().clamp(min=typical or 1.0), torch.zeros_like(x))
+        u = randn_flat(x.numel(), "cpu", f"the forward's own noise {i}") * scale
+        if self.contracts[i].projects:
+            u = self.contracts[i].project(u.reshape(self.values[i].shape), self.values[i].detach().double().cpu())
+            u = u.reshape(-1)
+        if self.contracts[i].bounded:
+            u = u * within_bounds(self.contracts[i], x.double(), u, 2 * step * NOISE_LEVELS ** 2)
+        levels = []
+        for level in range(3):
+            h = step * NOISE_LEVELS ** level
+            outputs = {}
+            try:
+                for k in (-2, -1, 1, 2):
+                    moved = self._copies(self.dtype)
+                    moved[i].add_((k * h * u).reshape(moved[i].shape).to(device=moved[i].device, dtype=moved[i].dtype))
+                    outputs[k] = self._outputs(moved)
+            except Exception:  # noqa: BLE001  (the op refuses the moved values: nothing measured)
+                return 0.0
+            fourth = (outputs[-2] - 4 * outputs[-1] + 6 * center - 4 * outputs[1] + outputs[2]).nan_to_num(0.0, 0.0, 0.0)
+            levels.append(fourth.norm().item() / max(1, fourth.numel()) ** 0.5 / 70 ** 0.5)
+        noisy = [here for here, above in zip(levels, levels[1:]) if above < NOISE_GROWTH * here]
+        return max(noisy, default=0.0)
 
     @staticmethod
     def _too_noisy(fine, coarse):
@@ -575,11 +639,12 @@ class FiniteDifferences:
             k //= size
         t[tuple(reversed(index))] += h
 
-    def _jacobians(self, i, step, columns, center):
+    def _jacobians(self, i, step, columns, center, noise=0.0):
         """The Jacobian's rows for these columns of input i by central differences, at the step and at
         twice it; and which columns are smooth. On a smooth function the two central differences agree
         but for rounding, and the gap between the one-sided slopes doubles with the step. Across a kink
-        neither holds: at ReLU's 0 the slopes either side are 1 and 0 at any step, their mean 0.5."""
+        neither holds: at ReLU's 0 the slopes either side are 1 and 0 at any step, their mean 0.5. noise: the
+        forward's own noise in its outputs (forward_noise), allowed beside its dtype's rounding."""
         x = flat(self.values[i]).cpu()
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
@@ -627,7 +692,7 @@ class FiniteDifferences:
                              dtype=torch.float64, device=fine.device)
         # Rounding moves a one-sided slope by about eps * |output| / step; a thousandth of the steepest
         # slope is far more than curvature changes a central difference over one step.
-        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / steps
+        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * (eps * largest + noise) / steps
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
         steppable = torch.tensor([scale[k] > 0 and k not in crossed for k in columns.tolist()], dtype=torch.bool,
@@ -669,7 +734,7 @@ class FiniteDifferences:
         minus.sub_(shift)
         return (flat(plus) - flat(minus)) / (2 * h)
 
-    def _directional(self, i, step, center):
+    def _directional(self, i, step, center, noise=0.0):
         """Directional derivatives of input i along its directions, at the step and twice it: (fine, coarse)
         rows (one a direction, over the outputs), less the directions whose steps straddle a kink."""
         directions = self.directions[i]
@@ -697,7 +762,7 @@ class FiniteDifferences:
             del u
         fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
         gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * eps * largest / step
+        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * (eps * largest + noise) / step
         central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
         doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
         # A direction along which no output moved at either step says nothing of a derivative below the op's
@@ -821,6 +886,10 @@ class Truth:
                 return "finite differences along random directions, none of which a derivative could be read along"
             count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
             return f"finite differences along {count} random directions of each input (too many elements to step one by one)"
+        noisy = [f"{noise:.2g} (relative)" for noise, _ in self.source.noise.values()]
+        if noisy:
+            return (f"finite differences, stepped wider where the forward moves in steps of its own (its noise "
+                    f"{', '.join(noisy)}: a solver's or a bisection's tolerance), and held to what they agree by there")
         return "finite differences"
 
     def forward_error(self, op_outputs):
