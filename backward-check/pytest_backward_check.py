@@ -364,7 +364,8 @@ class BackwardCheckSession(Reporting):
             return None
         start = time.perf_counter()
         try:
-            job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}))
+            job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}),
+                         self.recorder.made_per_call(call.name))
             verdict = check_protected(self.worker, call, job, self.recorder)
         except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
             verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "

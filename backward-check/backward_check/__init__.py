@@ -17,7 +17,7 @@ __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided",
 
 
 def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(),
-                   frozen_by_callers=(), compile=False, **kwargs):
+                   frozen_by_callers=(), compile=False, made_per_call=False, **kwargs):
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
@@ -35,7 +35,11 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     the op under torch.compile against itself eagerly (and a torch.library custom op through opcheck):
     True picks inductor where it can generate code for the op's device (a C++ compiler, or Triton on a
     GPU), else aot_eager; or pass a backend's name or a backend callable. It costs a few compilations
-    (seconds each), so it is off by default; Dynamo's caches are emptied before and after it.
+    (seconds each), so it is off by default; Dynamo's caches are emptied before and after it. made_per_call:
+    fn is a class its callers make afresh for every call (a layer that builds its Function in a closure), so no
+    caller applies one class object twice: what one call leaves behind for the next is then a note, not the
+    trap 'keeps state between calls' (the pytest plugin passes it where the suite never applied a class made
+    inside a function twice).
 
     Raises UsageError (a ValueError) when the call itself is wrong: no floating-point tensor,
     arguments the forward cannot take, a reference that does not match."""
@@ -52,7 +56,7 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
         # then warns of overflows and NaNs, which say nothing the report does not.
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
         outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
-                                              compile_backend=backend)
+                                              compile_backend=backend, made_per_call=made_per_call)
     for outcome in outcomes:
         report.add(outcome)
     report.seconds = time.perf_counter() - start

@@ -18,6 +18,7 @@ import math
 import numbers
 import sys
 import time
+import weakref
 
 import torch
 
@@ -182,7 +183,7 @@ def _shape_of(value, place, told_apart):
     every process), and its description for the table."""
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).replace("torch.", "")
-        wants_grad = value.is_floating_point() and value.requires_grad
+        wants_grad = wants_a_gradient(value)
         layout = layout_of(value) if value.layout == torch.strided else str(value.layout).replace("torch.", "")
         words = [f"{dtype} {value.dim()}-d"] + ([layout] if layout != "contiguous" else [])
         if value.is_floating_point() and not wants_grad:
@@ -298,6 +299,12 @@ def _no_grad_of(args, kwargs):
     return tuple([i for i, a in enumerate(args) if frozen(a)] + [k for k, v in kwargs.items() if frozen(v)])
 
 
+def wants_a_gradient(t):
+    """A floating-point or complex tensor that requires grad: a complex one is recorded too, so that the table
+    names its op (the checker says why it cannot check it) rather than saying no op was called."""
+    return (t.is_floating_point() or t.is_complex()) and t.requires_grad
+
+
 def _recordable(tensors):
     """Plain strided tensors on a real device: no fake, functorch or distributed tensor subclass, no meta or sparse."""
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and t.device.type != "meta"
@@ -318,6 +325,8 @@ class Recorder:
         self.signatures = {}        # op name: {signature: the test that first made it}
         self.told_apart = {}        # op name: {place: the number values seen there, up to NUMBER_VALUES_TOLD_APART}
         self.frozen = {}            # op name: {the positions and keywords a call passed frozen (no grad)}
+        self.applied = {}           # op name: the class objects of that name applied (weakly held)
+        self.reapplied = set()      # op names of which one class object was applied twice
         self.problems = []          # calls that could not be recorded, in words
         self.seconds = 0.0          # spent recording (signatures and copies), which the test's time leaves out
         self._patched = []
@@ -440,12 +449,13 @@ class Recorder:
         if not torch.is_grad_enabled() or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return
         tensors = list(tensors_in((args, kwargs)))
-        if not any(t.is_floating_point() and t.requires_grad for t in tensors) or not _recordable(tensors):
+        if not any(wants_a_gradient(t) for t in tensors) or not _recordable(tensors):
             return
         module, _ = _where_defined(op)
         if module.split(".")[0] in NOT_THE_SUITES:
             return
         name = op_name(op)
+        self._count_application(name, op)
         no_grad = _no_grad_of(args, kwargs)
         self.frozen.setdefault(name, set()).update(no_grad)
         signature, described = signature_of(args, kwargs, self.told_apart.setdefault(name, {}))
@@ -457,6 +467,23 @@ class Recorder:
                             sum(copied_bytes(t) for t in tensors))
         self.offer(call, lambda: (copy_value(tuple(args)), copy_value(dict(kwargs))))
         return call
+
+    def _count_application(self, name, op):
+        """Notes a class object applied twice: held weakly, so a class made afresh for each call and dropped is
+        never taken for one applied again (an id could be reused)."""
+        if not isinstance(op, type):
+            return
+        seen = self.applied.setdefault(name, weakref.WeakSet())
+        if op in seen:
+            self.reapplied.add(name)
+        seen.add(op)
+
+    def made_per_call(self, name):
+        """Whether the op of this name is a Function class made inside a function, afresh for each call: every
+        class object of the name recorded was defined in a function (`<locals>` in its qualified name), and the
+        suite never applied one twice."""
+        seen = self.applied.get(name)
+        return bool(seen) and name not in self.reapplied and all("<locals>" in c.__qualname__ for c in seen)
 
     @contextlib.contextmanager
     def withdrawn_if_it_raises(self, call):

@@ -75,6 +75,7 @@ GRAPH_BREAK = "a graph break under torch.compile"
 COMPILE_REFUSED = "torch.compile fails on the op"
 NEEDS_A_GPU = "needs a GPU"
 DRAWS_IN_BACKWARD = "draws random numbers in its backward"
+MADE_PER_CALL = "a class made per call"
 OTHER = "other"
 
 

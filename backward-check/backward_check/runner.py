@@ -22,7 +22,7 @@ from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
-from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
+from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, MADE_PER_CALL, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
                      CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
                      WRONG_UNDER_COMPILE, Finding, Note, Undecided)
@@ -45,6 +45,7 @@ class Check:
 SAME_CALL = "the same call twice"
 FORWARD = "the forward"
 RANDOM = "random grad_output"
+ONE_GRAPH_TWICE = "backward twice over one graph"
 
 # Why a check cannot decide after another's finding, by that other check.
 UNDECIDED_BECAUSE = {
@@ -69,7 +70,7 @@ CHECKS = (
     Check("writes in the backward", writes.backward_writes, (MUTATES_GRAD_OUTPUT, WRITES),
           "the backward, with every input wanting a gradient and each frozen in turn, must leave grad_output, the "
           "arguments and the outputs alone"),
-    Check("backward twice over one graph", writes.twice_over_one_graph, (WRITES, KEEPS_STATE),
+    Check(ONE_GRAPH_TWICE, writes.twice_over_one_graph, (WRITES, KEEPS_STATE),
           "backward twice with retain_graph=True gives the same gradient, and leaves what it saved alone",
           sets=(GIVEN,)),
     Check("state between calls", state.between_calls, (KEEPS_STATE,),
@@ -252,6 +253,17 @@ def drawn(outcomes, contexts):
     return [note] + said
 
 
+def per_call(outcomes):
+    """outcomes, for a class its callers make afresh for every call: each 'keeps state between calls' found
+    across calls a note, since the checker applied one class object several times, which no caller does. Two
+    backwards over one call's graph are one class object's in any caller's hands too, and stay a trap."""
+    return [Note(o.check, f"one class object applied more than once: {o.evidence}; its callers make the class "
+                          f"afresh for every call, so no call of theirs can meet what another left behind",
+                 MADE_PER_CALL)
+            if isinstance(o, Finding) and o.trap is KEEPS_STATE and o.check != ONE_GRAPH_TWICE else o
+            for o in outcomes]
+
+
 def grown_context(op, given, reference, earlier):
     """The given values grown past several blocks, by the first growth plan that the op and the reference
     both take; else (None, a note saying why not)."""
@@ -280,9 +292,10 @@ def grown_context(op, given, reference, earlier):
                                           f"thousand elements yourself to check every block and the tail", NOT_GROWN)
 
 
-def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None):
+def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None, made_per_call=False):
     """(every outcome, what was checked): the given inputs, then the same grown. compile_backend: a backend for
-    torch.compile (compiled.backend_for), or None to leave the compile checks out."""
+    torch.compile (compiled.backend_for), or None to leave the compile checks out. made_per_call: the op is a
+    class its callers make afresh for every call (see per_call)."""
     options = {"second_order": second_order, "compile": compile_backend}
     try:
         given = Context(op, op.values, GIVEN, reference, options=options)
@@ -314,6 +327,8 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
             outcomes += run_set(context, options)
             checked.append(f"grown to {describe_shapes(context.values)}")
     outcomes = drawn(outcomes, [given] + ([context] if context is not None else []))
+    if made_per_call:
+        outcomes = per_call(outcomes)
     try:
         truth = given.truth.describe()
     except (OpRaised, UsageError):

@@ -66,6 +66,7 @@ class Job:
     frozen_by_callers: tuple
     seed: int
     accepted: tuple = ()
+    made_per_call: bool = False   # a class the suite made afresh for each call (check_backward's made_per_call)
 
 
 def seed_of(name, signature):
@@ -73,10 +74,10 @@ def seed_of(name, signature):
     return zlib.crc32(f"{name} {signature!r}".encode())
 
 
-def job_of(call, frozen_by_callers, accepted=()):
+def job_of(call, frozen_by_callers, accepted=(), made_per_call=False):
     frozen = tuple(sorted((p for p in frozen_by_callers if p in call.places), key=str))
     return Job(call.name, call.args, call.kwargs, call.no_grad, frozen, seed_of(call.name, call.signature),
-               tuple(sorted(accepted)))
+               tuple(sorted(accepted)), made_per_call)
 
 
 # -- one check, in whichever process runs it --------------------------------------------------------
@@ -116,7 +117,8 @@ def check_once(op, job, args, kwargs, seed):
     seed_everything(seed)
     seeded = generator_states()
     # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
-    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment()}
+    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment(),
+                "made_per_call": job.made_per_call}
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
                                 **{key: value for key, value in optional.items() if value})
