@@ -125,6 +125,13 @@ class Op:
         else:
             self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
             self.slots += [Slot(k, k, v, "keyword") for k, v in kwargs.items()]
+        complex_inputs = [f"`{s.name}`" for s in self.slots
+                          if isinstance(s.value, torch.Tensor) and s.value.is_complex() and s.value.requires_grad]
+        if complex_inputs:
+            raise UsageError(f"{self.name} takes complex {', '.join(complex_inputs)} requiring grad, and the checker "
+                             f"does not check complex gradients (PyTorch's convention for them, the conjugate "
+                             f"Wirtinger derivative, is what torch.autograd.gradcheck checks): check it with "
+                             f"gradcheck, or pass the real and imaginary parts as real tensors")
         if self.function:  # Function.apply passes no keywords: keyword-only parameters keep their defaults
             if any(isinstance(s.key, str) and s.given != "default" for s in self.slots):
                 raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
@@ -307,10 +314,6 @@ class Run:
         return [next(grads) if leaf is not None else None for leaf in self.leaves]
 
 
-# The seed every call of the op is made with, forward and backward alike.
-SEED = 17
-
-
 def torch_generator_states(devices):
     """What a draw from torch's CPU generator, or a CUDA one of devices, changes."""
     return [bytes(s.numpy()) for s in [torch.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in devices)]]
@@ -319,10 +322,13 @@ def torch_generator_states(devices):
 def seeded(fn, *args, drew=None, **kwargs):
     """fn(*args, **kwargs) with torch's random generators seeded alike for every call (and restored after), so
     that an op that draws random numbers (a dropout; a backward that samples) gives the same answer twice, as a
-    stateless op must. drew: a list that gets True appended where fn drew from them."""
+    stateless op must. The seed is torch's own initial seed as the check began (the pytest plugin's worker seeds
+    it from the op and its signature, and again with the next seed for a verdict that may be the draws'). drew: a
+    list that gets True appended where fn drew from them."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    seed = torch.initial_seed()
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(SEED)
+        torch.manual_seed(seed)
         if drew is None:
             return fn(*args, **kwargs)
         before = torch_generator_states(devices)
