@@ -3,6 +3,13 @@
 - A backward that samples by design (a structured-prediction library's sampled marginals): each call the checker
   compares is seeded alike, so it is no "keeps state between calls", and its gradient, a sample, is not read as "a
   wrong formula": the report says the backward draws random numbers, in those words.
+- A Function class made afresh for every call, its state in the closure (a convex-optimisation layer's solver
+  info): the checker's repeat checks, which apply one class object twice as no caller does, are notes, not traps,
+  where the class is made per call (check_backward's made_per_call; the plugin decides it from the suite).
+- A softmax whose backward covers a hard-coded 16 columns, checked just past 16: 'covers only part of a large
+  input', since it is right with the columns cut to 16, not 'a wrong formula'.
+- A forward computed to a tolerance (a bisection's grid, as a normalizing flow inverts a transform), whose backward
+  is the exact solution's: finite differences are stepped wider for the forward's own noise, measured from the op.
 - Round numbers that are no index (a covariance factor of tenths) are differenced like any other values: see
   test_checker_contracts.py, test_round_values_that_are_not_integers_are_differenced.
 """
@@ -11,10 +18,11 @@ import sys
 import pytest
 import torch
 from chapter_scripts import REPO, seeded_randn
+from plugin_runs import row, run_pytest, suite_holds_cuda
 
 sys.path.insert(0, str(REPO / "practice"))
-from backward_check.report import DRAWS_IN_BACKWARD  # noqa: E402
-from backward_checker import check_backward  # noqa: E402
+from backward_check.report import DRAWS_IN_BACKWARD, MADE_PER_CALL  # noqa: E402
+from backward_checker import UsageError, check_backward  # noqa: E402
 
 
 class SampledMarginals(torch.autograd.Function):
@@ -89,3 +97,231 @@ def test_a_random_backward_with_a_write_into_grad_output_is_still_named():
 
     report = check_backward(SampledInPlace, seeded_randn(4, 6, seed=4))
     assert "mutates grad_output in place" in report.traps, str(report)
+
+
+def softmax_covering(block):
+    """Softmax along the last dimension, whose backward, like a kernel with a hard-coded BLOCK of block columns
+    (tl.arange(0, block), no loop over the rest), reduces over and writes only the first block columns."""
+    def backward(ctx, grad_output):
+        s, = ctx.saved_tensors
+        g, y = grad_output[..., :block], s[..., :block]
+        out = torch.zeros_like(s)
+        out[..., :block] = y * (g - (g * y).sum(dim=-1, keepdim=True))
+        return out
+
+    def forward(ctx, x):
+        s = x.softmax(dim=-1)
+        ctx.save_for_backward(s)
+        return s
+
+    return type(f"SoftmaxCovering{block}", (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+@pytest.mark.parametrize("shape", [(4, 17), (4, 20), (3, 33), (5, 12)])
+@pytest.mark.parametrize("reference", [None, lambda x: x.softmax(dim=-1)], ids=["differences", "reference"])
+def test_a_block_hard_coded_just_past_its_size_covers_only_part(shape, reference):
+    """Before, a softmax backward that covers 16 columns, checked just past 16 columns, was named 'a wrong formula'
+    (every element is off: the row's sum misses the columns past the block). It is right with the columns cut to
+    16, and the trap is named for that cause, at the given size (17, 20, 33) or, within a block, grown (12)."""
+    x = seeded_randn(*shape, seed=shape[1])
+    report = check_backward(softmax_covering(16), x, reference=reference)
+    assert report.traps == ["covers only part of a large input"], str(report)
+    assert "cut to 16" in str(report), str(report)
+
+
+def test_a_softmax_that_covers_every_column_is_clean():
+    """The same softmax with a block as wide as the row is clean: the cut sizes are tried only for a wrong
+    gradient."""
+    x = seeded_randn(4, 20, seed=20)
+    assert check_backward(softmax_covering(1 << 20), x, reference=lambda t: t.softmax(dim=-1)).clean
+
+
+def make_layer_function(scale=1.0):
+    """A Function class made afresh for each call, as a layer library builds one in a closure: the forward keeps
+    its inputs in the closure's dict (the solver's info), and the backward reads them there (scale: 1, or a
+    planted bug in x's gradient)."""
+    info = {}
+
+    class Layer(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, a):
+            info["x"], info["a"] = x.detach().clone(), a.detach().clone()
+            return torch.tanh(x) * a
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, a = info["x"], info["a"]
+            return scale * grad_output * a * (1 - torch.tanh(x) ** 2), grad_output * torch.tanh(x)
+
+    return Layer
+
+
+def layer(x, a):
+    """The library's public layer: a fresh class every call."""
+    return make_layer_function().apply(x, a)
+
+
+def test_a_class_made_per_call_gives_each_call_its_own_gradient_through_its_layer():
+    """The layer is right as its callers use it: two calls in one graph each get their solo gradient."""
+    x1, x2, a = seeded_randn(3, 4, seed=1), seeded_randn(3, 4, seed=2), seeded_randn(3, 4, seed=3)
+    leaves = [t.clone().requires_grad_(True) for t in (x1, x2)]
+    g1, g2 = seeded_randn(3, 4, seed=4), seeded_randn(3, 4, seed=5)
+    together = torch.autograd.grad((layer(leaves[0], a) * g1).sum() + (layer(leaves[1], a) * g2).sum(), leaves)
+    for t, g, got in zip((x1, x2), (g1, g2), together):
+        alone = t.clone().requires_grad_(True)
+        assert torch.allclose(got, torch.autograd.grad((layer(alone, a) * g).sum(), alone)[0])
+
+
+def test_a_class_made_per_call_has_notes_not_traps_for_its_repeat_checks():
+    """One class object applied twice (the checker's repeat checks) meets the closure another call left: a trap for
+    a class its callers reuse, a note for one made per call. A real bug beside it is still named."""
+    x, a = seeded_randn(3, 4, seed=1), seeded_randn(3, 4, seed=3)
+    assert check_backward(make_layer_function(), x, a).traps == ["keeps state between calls"]
+    report = check_backward(make_layer_function(), x, a, made_per_call=True)
+    assert report.clean and report.noted(MADE_PER_CALL), str(report)
+    report = check_backward(make_layer_function(scale=2.0), x, a, made_per_call=True)
+    assert report.traps == ["a wrong formula"], str(report)
+
+
+PER_CALL_SUITE = """
+import torch
+
+
+def make():
+    info = {}
+
+    class Layer(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, a):
+            info["x"], info["a"] = x.detach().clone(), a.detach().clone()
+            return torch.tanh(x) * a
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, a = info["x"], info["a"]
+            return grad_output * a * (1 - torch.tanh(x) ** 2), grad_output * torch.tanh(x)
+
+    return Layer
+
+
+def test_layer():
+    for _ in range(2):
+        make().apply(torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)).sum().backward()
+
+
+def test_reused_local():
+    class Cached(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            Cached.kept = x.detach().clone()  # on the class: the next call overwrites it
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return 2 * Cached.kept * grad_output
+
+    x = torch.randn(3, 4, requires_grad=True)
+    Cached.apply(x).sum().backward()
+    Cached.apply(x).sum().backward()
+"""
+
+
+def test_the_plugin_checks_a_class_made_per_call_as_its_callers_use_it(tmp_path):
+    """Under the plugin, a class made inside a function afresh for each call, never applied twice, is clean with
+    a note; a class made inside a test and applied twice keeps its trap."""
+    (tmp_path / "test_per_call.py").write_text(PER_CALL_SUITE)
+    status, output = run_pytest(tmp_path, "--backward-check")
+    assert status == 0, output
+    layer_rows = row(output, "test_per_call.make.<locals>.Layer", whole=True)
+    cached_rows = row(output, "test_per_call.test_reused_local.<locals>.Cached", whole=True)
+    if suite_holds_cuda():  # no process forked from the suite's can use its CUDA context: not checked, and said
+        assert "not checked" in layer_rows[0] and "not checked" in cached_rows[0], output
+        return
+    assert layer_rows[0].rstrip().endswith("clean"), output
+    assert "keeps state between calls" in cached_rows[0], output
+
+
+def bisection_inverse(y, tol):
+    """The inverse of x + tanh(x) / 2 (monotonic) by bisection to tol, as a normalizing flow inverts a transform:
+    its output moves in steps of about tol, far coarser than float64's."""
+    low, high = torch.full_like(y, -20.0), torch.full_like(y, 20.0)
+    while bool(((high - low) > tol).any()):
+        middle = (low + high) / 2
+        below = middle + 0.5 * torch.tanh(middle) < y
+        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
+    return (low + high) / 2
+
+
+def inverse_by_bisection(tol=6e-7, slope_bug=1.0):
+    """A Function whose forward bisects to tol and whose backward is the exact inverse's, 1 / f'(x) (times
+    slope_bug: 1, or a planted bug)."""
+    def forward(ctx, y):
+        x = bisection_inverse(y.detach(), tol)
+        ctx.save_for_backward(x)
+        return x
+
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return slope_bug * grad_output / (1 + 0.5 * (1 - torch.tanh(x) ** 2))
+
+    return type("InverseByBisection", (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tol", [6e-7, 1e-4])
+@pytest.mark.parametrize("shape", [(4, 6), (3, 37)])
+def test_a_forward_computed_to_a_tolerance_is_held_to_its_own_noise(shape, tol, dtype):
+    """Before, finite differences at the dtype's step read a bisection's staircase as the slope: most columns
+    rough (dropped as kinks), the few that agreed by chance wrong, and 'a wrong formula'. Now the forward's own
+    noise is measured and the step widened for it: clean, and said so (undecided, not wrong, where the grid is so
+    coarse that even the widened differences disagree with themselves); a backward off by 5% is still named."""
+    y = seeded_randn(*shape, seed=11).to(dtype)
+    report = check_backward(inverse_by_bisection(tol), y)
+    # A grid of 1e-4 leaves finite differences only about its two-thirds power, 2e-3: where they disagree with
+    # themselves by more than a verdict can stand, the check says it cannot decide, never a trap.
+    assert report.clean and (report.decided or tol > 1e-5), str(report)
+    if tol > 1e2 * torch.finfo(dtype).eps:
+        assert "stepped wider where the forward moves in steps of its own" in report.checked, str(report)
+    if tol < 1e-5:  # a coarser grid's differences are too loose to tell one cause from another
+        assert check_backward(inverse_by_bisection(tol, slope_bug=1.05), y).traps == ["a wrong formula"]
+
+
+COMPLEX_SUITE = """
+import torch
+
+
+class ComplexScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, w):
+        ctx.save_for_backward(w)
+        return z * w
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        w, = ctx.saved_tensors
+        return grad_output * w.conj(), None
+
+
+def test_complex():
+    z = torch.randn(4, 3, dtype=torch.complex64, requires_grad=True)
+    ComplexScale.apply(z, torch.randn(4, 3, dtype=torch.complex64)).abs().sum().backward()
+"""
+
+
+def test_an_op_called_with_complex_inputs_is_named_with_why_it_is_not_checked(tmp_path):
+    """Before, an op whose only inputs wanting a gradient were complex went unrecorded, and the table said no
+    Function was called with an input that requires grad, which is false. Now its row names it, not checked,
+    and why; check_backward says the same as a usage error."""
+    (tmp_path / "test_complex_op.py").write_text(COMPLEX_SUITE)
+    status, output = run_pytest(tmp_path, "--backward-check")
+    assert status == 0, output
+    assert "no autograd.Function or custom op was called" not in output, output
+    complex_row = row(output, "test_complex_op.ComplexScale", whole=True)
+    assert "not checked" in complex_row[0] and "complex" in " ".join(complex_row), output
+    namespace = {}
+    exec(COMPLEX_SUITE, namespace)
+    z = torch.randn(4, 3, dtype=torch.complex64).requires_grad_(True)
+    with pytest.raises(UsageError, match="does not check complex gradients"):
+        check_backward(namespace["ComplexScale"], z, torch.randn(4, 3, dtype=torch.complex64))
