@@ -325,3 +325,125 @@ def test_an_op_called_with_complex_inputs_is_named_with_why_it_is_not_checked(tm
     z = torch.randn(4, 3, dtype=torch.complex64).requires_grad_(True)
     with pytest.raises(UsageError, match="does not check complex gradients"):
         check_backward(namespace["ComplexScale"], z, torch.randn(4, 3, dtype=torch.complex64))
+
+
+class Adjoint(torch.autograd.Function):
+    """The adjoint pattern (`f, *phi`): the forward runs f without a graph, and the backward runs f again and takes
+    its gradient with respect to x and to the very tensors f reads, which the caller passes as phi."""
+    @staticmethod
+    def forward(ctx, f, x, *phi):
+        ctx.f = f
+        ctx.save_for_backward(x, *phi)
+        with torch.no_grad():
+            return f(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, *phi = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            grads = torch.autograd.grad(ctx.f(x), (x, *phi), grad_output)
+        return (None, *grads)
+
+
+class AdjointFirstRowOnly(Adjoint):
+    """A flow library's bug: the backward weights every row by the first row's grad_output."""
+    @staticmethod
+    def backward(ctx, grad_output):
+        return Adjoint.backward(ctx, grad_output[:1].expand_as(grad_output))
+
+
+def small_net():
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+
+
+def closure_and_parameters():
+    w, b = seeded_randn(3, 3, seed=6).double().requires_grad_(True), seeded_randn(3, seed=7).double().requires_grad_(True)
+
+    def f(x):
+        return torch.tanh(x @ w) * b
+    return f, (w, b)
+
+
+@pytest.mark.parametrize("make", ["module", "closure"])
+def test_tensors_a_function_argument_reads_are_passed_themselves(make):
+    """Before, the checker passed copies of a module's parameters (or of the tensors a function closes over),
+    which f never reads: the backward's autograd.grad raised ('crashes'), and the table's advice to run the call
+    was false. Now the very tensors go to the op, their values varied in place and restored: clean, and the
+    first-row bug beside it named; the tensors hold their values after the check."""
+    if make == "module":
+        f = small_net()
+        phi = tuple(f.parameters())
+    else:
+        f, phi = closure_and_parameters()
+    x = seeded_randn(5, 3, seed=8).double()
+    before = [t.detach().clone() for t in phi]
+    report = check_backward(Adjoint, f, x, *phi)
+    assert report.clean and report.decided, str(report)
+    assert all(torch.equal(a, b) for a, b in zip(before, phi)) and all(t.requires_grad for t in phi)
+    wrong = check_backward(AdjointFirstRowOnly, f, x, *phi)
+    assert "crashes" not in wrong.traps and wrong.traps, str(wrong)
+    assert all(torch.equal(a, b) for a, b in zip(before, phi))
+
+
+def test_a_reference_for_tensors_a_function_reads_is_a_usage_error():
+    f = small_net()
+    with pytest.raises(UsageError, match="read by a function argument"):
+        check_backward(Adjoint, f, seeded_randn(5, 3, seed=8).double(), *f.parameters(), reference=lambda *a: a[1])
+
+
+ADJOINT_OPS = """
+import torch
+
+
+class Adjoint(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, f, x, *phi):
+        ctx.f = f
+        ctx.save_for_backward(x, *phi)
+        with torch.no_grad():
+            return f(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, *phi = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            grads = torch.autograd.grad(ctx.f(x), (x, *phi), grad_output)
+        return (None, *grads)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(3, 4)
+        self.outer = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.outer(torch.tanh(self.inner(x)))
+"""
+
+ADJOINT_SUITE = """
+import torch
+
+from adjoint_ops import Adjoint, Net
+
+
+def test_adjoint():
+    torch.manual_seed(0)
+    net = Net().double()
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    Adjoint.apply(net, x, *net.parameters()).sum().backward()
+"""
+
+
+def test_the_plugin_gives_the_op_the_parameters_its_module_argument_reads(tmp_path):
+    """Under the plugin, the recorded call keeps the module and passes its own parameters, not copies: clean.
+    Before, the copies made the backward's autograd.grad raise, and the row read 'TRAP crashes'."""
+    (tmp_path / "adjoint_ops.py").write_text(ADJOINT_OPS)
+    (tmp_path / "test_adjoint.py").write_text(ADJOINT_SUITE)
+    status, output = run_pytest(tmp_path, "--backward-check")
+    assert status == 0, output
+    adjoint_row = row(output, "adjoint_ops.Adjoint")
+    assert adjoint_row[0].rstrip().endswith("clean"), output

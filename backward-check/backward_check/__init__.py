@@ -49,14 +49,22 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
             raise UsageError("pass the op's arguments either in one Sample or after the op, not both")
         args, kwargs = args[0].args, args[0].kwargs
     op = Op(fn, args, kwargs, device=DEVICE, no_grad=no_grad, frozen_by_callers=frozen_by_callers)
+    if op.kept and reference is not None:
+        raise UsageError(f"{', '.join(f'`{op.slots[i].name}`' for i in op.kept)} of {op.name} "
+                         f"{'is' if len(op.kept) == 1 else 'are'} read by a function argument, which a reference "
+                         f"given the checker's copies could not read: leave reference out (finite differences step "
+                         f"those very tensors)")
     backend = compiled.backend_for(compile, DEVICE)
     report = Report(name or op.name)
     with warnings.catch_warnings():
         # A kernel fed a layout it misreads computes on whatever memory it reads; the interpreter's NumPy
         # then warns of overflows and NaNs, which say nothing the report does not.
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
-        outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
-                                              compile_backend=backend, made_per_call=made_per_call)
+        try:
+            outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
+                                                  compile_backend=backend, made_per_call=made_per_call)
+        finally:
+            op.restore()  # the tensors a function argument reads hold what they held
     for outcome in outcomes:
         report.add(outcome)
     report.seconds = time.perf_counter() - start

@@ -6,6 +6,7 @@ an op that writes into its inputs (on purpose, with ctx.mark_dirty, or not) neve
 caller's tensors, and each copy can be compared with what was passed afterwards.
 """
 import dataclasses
+import functools
 import inspect
 
 import torch
@@ -83,6 +84,33 @@ def differentiable(value):
     return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
+def read_by(value, depth=0):
+    """The tensors a callable argument reads, where it can be told: a module's parameters and buffers; what a
+    function's closure cells hold (a tensor, a module, a function, or a list, tuple or dict of them), a bound
+    method's object, a functools.partial's function and arguments; nothing for anything else."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, torch.nn.Module):
+        return list(value.parameters()) + list(value.buffers())
+    if depth > 3:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in read_by(v, depth + 1)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in read_by(v, depth + 1)]
+    if isinstance(value, functools.partial):
+        return [t for v in (value.func, *value.args, *value.keywords.values()) for t in read_by(v, depth + 1)]
+    if not callable(value) or isinstance(value, type):
+        return []
+    held = [getattr(value, "__self__", None)]
+    for cell in getattr(value, "__closure__", None) or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            continue
+    return [t for v in held if v is not None and v is not value for t in read_by(v, depth + 1)]
+
+
 @dataclasses.dataclass
 class Slot:
     """One argument: where it goes (an index into args, or a keyword), its name, its value, and how
@@ -143,6 +171,14 @@ class Op:
                              f"which the checker does not take: wrap the op in a function of real tensors")
         no_grad = self.positions(no_grad, "no_grad")
         self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and i not in no_grad]
+        # The inputs a function argument reads (`f, *phi`; `net, *net.parameters()`): f closes over these very
+        # tensors, so the op gets them, not copies; the checker writes the values it tries into them, in place,
+        # and restore() puts back what they held. It never changes their shape or layout, nor freezes them.
+        read = {id(t) for s in self.slots if callable(s.value) and not isinstance(s.value, torch.Tensor)
+                for t in read_by(s.value)}
+        self.kept = {i: self.slots[i].value for i in self.inputs
+                     if id(self.slots[i].value) in read and self.slots[i].value.is_leaf}
+        self._held = {i: (t.detach().clone(), t.requires_grad) for i, t in self.kept.items()}
         # The inputs the op's callers do pass frozen (requires_grad=False): where the checker freezes another,
         # the op may refuse it, as no caller would know.
         self.frozen_by_callers = self.positions(frozen_by_callers, "frozen_by_callers")
@@ -194,9 +230,43 @@ class Op:
         kwargs = {s.key: v for s, v in zip(self.slots, values) if isinstance(s.key, str)}
         return args, kwargs
 
+    @property
+    def varied(self):
+        """The inputs whose shape, layout and requires_grad the checker may vary: all but the kept ones."""
+        return [i for i in self.inputs if i not in self.kept]
+
+    def hold(self, i, value):
+        """Kept input i holding value (a tensor of its shape), written in place where it is another tensor."""
+        kept = self.kept[i]
+        if value is not kept:
+            if tuple(value.shape) != tuple(kept.shape):
+                raise UsageError(f"`{self.slots[i].name}` is read by a function argument, so its shape stays "
+                                 f"{tuple(kept.shape)}")
+            with torch.no_grad():
+                kept.copy_(value)
+        return kept
+
+    def restore(self):
+        """Every kept input as it was before the checker wrote into it."""
+        for i, (values, requires_grad) in self._held.items():
+            with torch.no_grad():
+                self.kept[i].copy_(values)
+            self.kept[i].requires_grad_(requires_grad)
+
     def call(self, values, fn=None):
         """The op on these values: a Function through .apply, every argument in its place. Another fn
-        (the reference) is called as the caller called the op: positional, keyword, defaults left out."""
+        (the reference) is called as the caller called the op: positional, keyword, defaults left out. A kept
+        input (read by a function argument) is itself passed, holding the value given for it; under no_grad
+        (finite differences' calls) it holds its own values again after the call."""
+        if self.kept and any(values[i] is not t for i, t in self.kept.items()):
+            before = {i: t.detach().clone() for i, t in self.kept.items()} if not torch.is_grad_enabled() else {}
+            values = [self.hold(i, v) if i in self.kept else v for i, v in enumerate(values)]
+            try:
+                return self.call(values, fn)
+            finally:
+                for i, held in before.items():
+                    with torch.no_grad():
+                        self.kept[i].copy_(held)
         if fn is None:
             args, kwargs = self.arguments(values)
             return (self.fn.apply if self.function else self.fn)(*args, **kwargs)
@@ -211,6 +281,12 @@ class Op:
         they are."""
         leaves, passed = [], []
         for i, (s, v) in enumerate(zip(self.slots, values if values is not None else self.values)):
+            if i in self.kept:  # the tensor itself, holding v: the function argument reads it
+                leaf = self.hold(i, v)
+                leaf.requires_grad_(True)
+                leaves.append(leaf)
+                passed.append(leaf)
+                continue
             if not isinstance(v, torch.Tensor):
                 leaves.append(None)
                 passed.append(v)

@@ -432,6 +432,8 @@ def largest_change(before, after):
 
 
 def frozen_sets(context):
-    """Every input wanting a gradient, then (where there are several) each frozen in turn."""
+    """Every input wanting a gradient, then (where there are several) each frozen in turn: never one a function
+    argument reads (its callers pass the very tensor the function reads, wanting a gradient)."""
     inputs = context.op.inputs
-    return [()] + [(i,) for i in inputs] if len(inputs) > 1 else [(), (inputs[0],)]
+    frozen = [(i,) for i in context.op.varied]
+    return [()] + frozen if len(inputs) > 1 else [()] + frozen[:1]

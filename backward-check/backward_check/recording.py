@@ -22,7 +22,7 @@ import weakref
 
 import torch
 
-from .calling import clip
+from .calling import clip, read_by
 
 try:  # torch.library.custom_op (torch 2.4 and later): the type of what it returns
     from torch._library.custom_ops import CustomOpDef
@@ -142,6 +142,35 @@ def restore_value(value, device=None):
         return value.tensor(device)
     items = children(value)
     return value if items is None else rebuilt(value, [(k, restore_value(v, device)) for k, v in items])
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadTensor:
+    """A positional argument that is a tensor a callable argument reads (a module's parameter, a tensor its
+    function closes over): not copied, since the callable would never read a copy; put back as the callable's
+    own tensor (the reader's k-th, as calling.read_by lists them), so the op gets the very tensor it reads."""
+    reader: int
+    k: int
+
+
+def copy_arguments(args, kwargs):
+    """(args, kwargs) copied by copy_value, but for a leaf tensor a callable argument reads: a ReadTensor."""
+    readers = {}
+    for j, a in enumerate(args):
+        if callable(a) and not isinstance(a, torch.Tensor):
+            for k, t in enumerate(read_by(a)):
+                readers.setdefault(id(t), (j, k))
+    copied = tuple(ReadTensor(*readers[id(a)]) if isinstance(a, torch.Tensor) and a.is_leaf and id(a) in readers
+                   else copy_value(a) for a in args)
+    return copied, copy_value(dict(kwargs))
+
+
+def restore_arguments(args, kwargs, device=None):
+    """copy_arguments undone: every copy a tensor again (restore_value), every ReadTensor its reader's tensor."""
+    args, kwargs = restore_value(args, device), restore_value(kwargs, device)
+    if any(isinstance(a, ReadTensor) for a in args):
+        args = tuple(read_by(args[a.reader])[a.k] if isinstance(a, ReadTensor) else a for a in args)
+    return args, kwargs
 
 
 def tensors_in(value):
@@ -465,7 +494,7 @@ class Recorder:
         known[signature] = self.test
         call = RecordedCall(op, name, signature, described, no_grad, self.test,
                             sum(copied_bytes(t) for t in tensors))
-        self.offer(call, lambda: (copy_value(tuple(args)), copy_value(dict(kwargs))))
+        self.offer(call, lambda: copy_arguments(tuple(args), kwargs))
         return call
 
     def _count_application(self, name, op):

@@ -267,7 +267,7 @@ def per_call(outcomes):
 def grown_context(op, given, reference, earlier):
     """The given values grown past several blocks, by the first growth plan that the op and the reference
     both take; else (None, a note saying why not)."""
-    plans, why_not = growth_plans(given.values, op.slots, op.inputs)
+    plans, why_not = growth_plans(given.values, op.slots, op.varied)
     if not plans:
         if "already span" in why_not:
             return None, None

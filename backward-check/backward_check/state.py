@@ -35,7 +35,7 @@ def same_call_twice(context, check):
 def other_values(context):
     """The differentiable inputs jittered (the checker's own to vary), each keeping its contract; every other
     argument as given."""
-    return jittered_inputs(context.values, context.op.inputs, "other values", context.base)
+    return jittered_inputs(context.values, context.op.varied, "other values", context.base)
 
 
 def between_calls(context, check):
@@ -62,7 +62,8 @@ def between_calls(context, check):
     got = context.grad_of(loss, one.leaves + two.leaves, "the backward, used twice in one graph")
     together = got[:len(one.leaves)], got[len(one.leaves):]
     for got_, want, which in ((together[0], kept, "x1"), (together[1], alone, "x2")):
-        differ = context.same(got_, want)
+        # an input a function argument reads is one tensor in both calls: its gradient is theirs together
+        differ = context.same(got_, want, inputs=context.op.varied)
         if differ:
             i = min(differ)
             outcomes.append(Finding(check, KEEPS_STATE, f"{context.name(i)}op(x1) and op(x2) in one graph, "
@@ -78,12 +79,12 @@ def right_on_a_new_shape(context, i):
     shape the op has not seen (the given values, grown): right for its first call there, and then, on
     other values of that shape, wrong. A formula wrong only for small shapes is right on both calls, and
     is no state. Needs a reference."""
-    plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
+    plans, _ = growth_plans(context.values, context.op.slots, context.op.varied)
     if not plans or not context.truth.by_reference:
         return False
     try:
         values = grow(context.values, plans[-1])
-        others = jittered_inputs(values, context.op.inputs, "a new shape, other values", context.base)
+        others = jittered_inputs(values, context.op.varied, "a new shape, other values", context.base)
         outputs = context.run("on values of a new shape", values=values, made_up=True).graded
         g = [randn(o.shape, o, f"a new shape {k}", context.base) for k, o in enumerate(outputs)]
         first = context.vjp(g, "on values of a new shape", values=values, made_up=True)

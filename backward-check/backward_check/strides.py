@@ -135,7 +135,7 @@ def other_input_layouts(context, check):
     what they are for the contiguous input. Refusing the layout, loudly, is legal."""
     outcomes = []
     g = context.randoms("transposed inputs")
-    for i in context.op.inputs:
+    for i in context.op.varied:  # not one a function argument reads: its layout is the function's
         for label, laid in input_layouts_for(context.values[i]):
             outcome = one_input_layout(context, check, g, i, label, laid)
             if outcome is not None:

@@ -401,7 +401,7 @@ def stops_short(got, expected, i):
 def stops_short_when_grown(context, i):
     """Where the given inputs are too small to show it: on the inputs grown past several blocks, input i's
     gradient right on a prefix and wrong from there on. '(shapes): the first k of n ...' or ''."""
-    plans, _ = growth_plans(context.values, context.op.slots, context.op.inputs)
+    plans, _ = growth_plans(context.values, context.op.slots, context.op.varied)
     if not plans or context.truth is None:
         return ""
     try:
@@ -435,8 +435,8 @@ def right_within_a_block(context, i):
     to a block (a power of two below it, the largest that is right, its values the given ones' first elements,
     jittered), 'right with every dimension of size n cut to b, wrong at n' (and at the block tried above b);
     else ''. Sizes the checker may not change (an integer tensor's, a length passed beside) are never cut."""
-    protected = protected_sizes(context.values, context.op.slots, context.op.inputs)
-    shapes = {k: tuple(context.values[k].shape) for k in context.op.inputs}
+    protected = protected_sizes(context.values, context.op.slots, context.op.varied)
+    shapes = {k: tuple(context.values[k].shape) for k in context.op.varied}
     sizes = sorted({n for shape in shapes.values() for n in shape if n > BLOCKS[-1] and n not in protected},
                    reverse=True)
     for n in sizes:

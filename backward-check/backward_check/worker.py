@@ -36,7 +36,7 @@ import torch
 
 from .calling import clip
 from .context import FAULT_WORDS
-from .recording import CustomOpDef, importable_reference, resolve, restore_value, tensors_in
+from .recording import CustomOpDef, importable_reference, resolve, restore_arguments, tensors_in
 
 CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
     "unstable"
@@ -208,7 +208,7 @@ def check_here(call, job, recorder):
     start = time.perf_counter()
     try:
         with rng_kept():
-            verdict = check_call(call.op, job, restore_value(job.args), restore_value(job.kwargs))
+            verdict = check_call(call.op, job, *restore_arguments(job.args, job.kwargs))
     finally:
         recorder.quiet -= 1
     verdict.seconds = time.perf_counter() - start
@@ -265,7 +265,7 @@ def _checked(op, job):
     """The Verdict on job in this process; where the check lost the CUDA context, the fault (True: this process
     must leave)."""
     try:
-        args, kwargs = restore_value(job.args), restore_value(job.kwargs)
+        args, kwargs = restore_arguments(job.args, job.kwargs)
     except Exception as error:  # noqa: BLE001  (out of device memory, say: the worker's, not the op's)
         return Verdict(NOT_CHECKED, f"not checked: its arguments could not be put back on their device "
                                     f"({type(error).__name__}: {error})"), False
