@@ -1,5 +1,7 @@
 """Values: the forward against the reference, and the gradient under a random grad_output against the
 right one, input by input; a wrong gradient is diagnosed by the ladder in diagnose()."""
+import math
+
 import torch
 
 from .calling import is_function
@@ -194,7 +196,7 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return Undecided(check, f"{who}the gradient is {off:.3g} (relative) off under a random grad_output, just past "
                                 f"the {expected.tolerance[i]:.3g} this op's precision allows: too little for any trap, "
                                 f"too much to call right; {near}{where}")
-    block = right_within_a_block(context, i)
+    block = right_within_a_block(context, i, got, expected)
     if block:
         return finding(COVERS_PART, f"the gradient is {off:.3g} (relative) off, but {block}: the grid, or the mask, "
                                     f"covers only the first block")
@@ -430,11 +432,16 @@ BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4)
 BLOCKS_TRIED = 4
 
 
-def right_within_a_block(context, i):
-    """Where input i's gradient is wrong at these values' sizes, and right with every dimension of one size cut
-    to a block (a power of two below it, the largest that is right, its values the given ones' first elements,
-    jittered), 'right with every dimension of size n cut to b, wrong at n' (and at the block tried above b);
-    else ''. Sizes the checker may not change (an integer tensor's, a length passed beside) are never cut."""
+def right_within_a_block(context, i, got, expected):
+    """Where input i's gradient (got, against expected) is wrong at these values' sizes, its elements past a
+    block along every dimension of one size far more wrong than those within it (wrong_past), and right with
+    those dimensions cut to that block (a power of two below the size, the largest that is right, its values the
+    given ones' first elements, jittered): 'right with every dimension of size n cut to b, wrong at n' (and at the
+    block tried above b); else ''. A bug wrong at any size (a formula, a cache, a few elements anywhere) is
+    never named so, whatever a smaller size shows. Sizes the checker may not change (an integer tensor's, a
+    length passed beside) are never cut."""
+    if i not in context.op.varied:  # a tensor a function argument reads keeps its shape
+        return ""
     protected = protected_sizes(context.values, context.op.slots, context.op.varied)
     shapes = {k: tuple(context.values[k].shape) for k in context.op.varied}
     sizes = sorted({n for shape in shapes.values() for n in shape if n > BLOCKS[-1] and n not in protected},
@@ -442,6 +449,8 @@ def right_within_a_block(context, i):
     for n in sizes:
         wrong_at = [n]
         for b in [b for b in BLOCKS if b < n][:BLOCKS_TRIED]:
+            if not wrong_past(got[i], expected, i, [d for d, m in enumerate(shapes[i]) if m == n], b):
+                continue
             plan = {(k, d): b for k, shape in shapes.items() for d, m in enumerate(shape) if m == n}
             right = right_at(context, i, plan)
             if right is None:
@@ -451,6 +460,35 @@ def right_within_a_block(context, i):
                 return f"right with every dimension of size {n} cut to {b}, wrong at {n}{above}"
             wrong_at.append(b)
     return ""
+
+
+# Past a block that a grid or a mask stops at, at least TAIL_WRONG of the elements are far off, and they are off
+# by at least PAST_TIMES as much as those within it, on average (a softmax's row sum that misses the columns past
+# the block moves the elements within it too, but far less).
+PAST_TIMES = 4
+
+
+def wrong_past(got, expected, i, dims, b):
+    """Whether input i's gradient is far off on most elements past b along any of dims, and far more off there
+    than within b along all of them, over the elements known (every one, or a sample); never where only its
+    inner products with random directions are known."""
+    index = expected.indices[i]
+    if isinstance(index, RandomDirections) or not dims or got is None:
+        return False
+    g, want = expected.sample(got, i), expected.grads[i]
+    if g.shape != want.shape:
+        return False
+    positions = torch.arange(got.numel(), device=want.device) if index is None else index.to(want.device)
+    error = (g.to(want.device).double() - want).abs().nan_to_num(float("inf"))
+    far = error > torch.maximum(want.abs() / 2, expected.tolerance[i] * want.abs().max())
+    past = torch.zeros(positions.shape, dtype=torch.bool, device=want.device)
+    for d in dims:
+        stride = math.prod(got.shape[d + 1:])
+        past |= (positions // stride) % got.shape[d] >= b
+    if int(past.sum()) < 2 or int((~past).sum()) < 2:
+        return False
+    within = error[~past].mean().item()
+    return far[past].float().mean().item() >= TAIL_WRONG and error[past].mean().item() >= PAST_TIMES * within
 
 
 def right_at(context, i, plan):
