@@ -37,7 +37,7 @@ class Noisy(torch.autograd.Function):  # a random start that does not converge: 
     @staticmethod
     def backward(ctx, grad_output):
         x, = ctx.saved_tensors
-        return 2 * x * grad_output * (1 + 0.05 * torch.randn(x.shape, dtype=x.dtype))
+        return 2 * x * grad_output * (1 + 0.05 * torch.randn(x.shape, dtype=x.dtype, device=x.device))
 
 
 class SeedParity(torch.autograd.Function):

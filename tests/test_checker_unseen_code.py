@@ -447,3 +447,18 @@ def test_the_plugin_gives_the_op_the_parameters_its_module_argument_reads(tmp_pa
     assert status == 0, output
     adjoint_row = row(output, "adjoint_ops.Adjoint")
     assert adjoint_row[0].rstrip().endswith("clean"), output
+
+
+def test_tensors_a_function_reads_stay_where_the_caller_put_them():
+    """On a GPU the checker moves the op's tensors to it; a module's parameters moved would be copies its module
+    never reads (the H200 found this: 'Expected all tensors to be on the same device'). Where a function argument
+    reads some of the tensors, none is moved, and those it reads are the op's own. The device here stands in for a
+    GPU: 'meta' takes a copy as 'cuda' does."""
+    from backward_check.calling import Op
+    f = small_net()
+    x = seeded_randn(5, 3, seed=8).double()
+    op = Op(Adjoint, (f, x, *f.parameters()), {}, device=torch.device("meta"))
+    assert sorted(op.kept) == [2, 3, 4, 5] and all(op.kept[i] is p for i, p in zip(range(2, 6), f.parameters()))
+    assert op.values[1] is x
+    plain = Op(small_net().__class__.forward, (f, x), {}, device=torch.device("meta"))
+    assert plain.values[1].device.type == "meta", "a function that reads none of the tensors: moved as ever"

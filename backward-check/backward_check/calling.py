@@ -140,6 +140,12 @@ class Op:
         self.function = is_function(fn)
         self.name = getattr(fn, "__name__", getattr(fn, "_qualname", type(fn).__name__))  # a custom op: ns::name
         signature = _signature_of(fn)
+        # An op handed a function together with tensors it reads runs where the caller put them: moving a copy
+        # of those tensors to the kernels' device would hand the op tensors the function never reads.
+        read = {id(t) for v in (*args, *kwargs.values()) if callable(v) and not isinstance(v, torch.Tensor)
+                for t in read_by(v)}
+        if any(isinstance(v, torch.Tensor) and id(v) in read for v in (*args, *kwargs.values())):
+            device = None
         args = tuple(_to_device(a, device) for a in args)
         kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}
         if signature is not None:
