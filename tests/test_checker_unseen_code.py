@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import torch
-from chapter_scripts import REPO, seeded_randn
+from chapter_scripts import DEVICE, REPO, seeded_randn
 from plugin_runs import row, run_pytest, suite_holds_cuda
 
 sys.path.insert(0, str(REPO / "practice"))
@@ -354,8 +354,9 @@ class AdjointFirstRowOnly(Adjoint):
 
 
 def small_net():
+    """A small network on the device the other tensors are drawn on (the GPU, where there is one)."""
     torch.manual_seed(5)
-    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double().to(DEVICE)
 
 
 def closure_and_parameters():
