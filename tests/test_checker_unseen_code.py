@@ -185,30 +185,12 @@ def test_a_class_made_per_call_has_notes_not_traps_for_its_repeat_checks():
     assert report.traps == ["a wrong formula"], str(report)
 
 
-PER_CALL_SUITE = """
-import torch
-
-
-def make():
-    info = {}
-
-    class Layer(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, a):
-            info["x"], info["a"] = x.detach().clone(), a.detach().clone()
-            return torch.tanh(x) * a
-
-        @staticmethod
-        def backward(ctx, grad_output):
-            x, a = info["x"], info["a"]
-            return grad_output * a * (1 - torch.tanh(x) ** 2), grad_output * torch.tanh(x)
-
-    return Layer
-
+# The suite's own copy of the layer's factory: the plugin records what a suite's module defines.
+PER_CALL_SUITE = "import torch\n\n\n" + inspect.getsource(make_layer_function) + """
 
 def test_layer():
     for _ in range(2):
-        make().apply(torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)).sum().backward()
+        make_layer_function().apply(torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)).sum().backward()
 
 
 def test_reused_local():
@@ -234,7 +216,7 @@ def test_the_plugin_checks_a_class_made_per_call_as_its_callers_use_it(tmp_path)
     (tmp_path / "test_per_call.py").write_text(PER_CALL_SUITE)
     status, output = run_pytest(tmp_path, "--backward-check")
     assert status == 0, output
-    layer_rows = row(output, "test_per_call.make.<locals>.Layer", whole=True)
+    layer_rows = row(output, "test_per_call.make_layer_function.<locals>.Layer", whole=True)
     cached_rows = row(output, "test_per_call.test_reused_local.<locals>.Cached", whole=True)
     if suite_holds_cuda():  # no process forked from the suite's can use its CUDA context: not checked, and said
         assert "not checked" in layer_rows[0] and "not checked" in cached_rows[0], output
