@@ -19,6 +19,7 @@ import sys
 import pytest
 import torch
 from chapter_scripts import DEVICE, REPO, seeded_randn
+from checker_zoo import Dropout, dropout_reference, x35
 from plugin_runs import row, run_pytest, suite_holds_cuda
 
 sys.path.insert(0, str(REPO / "practice"))
@@ -68,26 +69,19 @@ def test_a_backward_that_samples_is_said_to_draw_random_numbers(shape):
         assert any("draws random numbers, so its gradient is a sample" in line for line in report.inconclusive)
 
 
-def test_a_deterministic_backward_draws_nothing():
-    """The note is the backward's draws alone: a dropout draws in its forward, and its backward draws nothing."""
-    x = seeded_randn(3, 5, seed=30)
-    report = check_backward(NoisyGradient, x, reference=lambda t: t * 3)
+def test_only_a_backward_that_draws_is_said_to():
+    """The note is the backward's draws alone: a backward that adds noise it draws gets it; the legal zoo's dropout
+    draws its mask in its forward, and its backward draws nothing: clean, with no such note."""
+    report = check_backward(NoisyGradient, x35(), reference=lambda t: t * 3)
     assert report.noted(DRAWS_IN_BACKWARD), str(report)
-    quiet = type("Tripled", (torch.autograd.Function,), {
-        "forward": staticmethod(lambda ctx, t: t * 3), "backward": staticmethod(lambda ctx, g: g * 3)})
-    report = check_backward(quiet, x, reference=lambda t: t * 3)
+    report = check_backward(Dropout, x35(), reference=dropout_reference)
     assert report.clean and report.decided and not report.noted(DRAWS_IN_BACKWARD), str(report)
 
 
 def test_a_random_backward_with_a_write_into_grad_output_is_still_named():
     """Seeding alike hides no trap the draws do not decide: a sampling backward that scales grad_output in place
     is still named for it."""
-    class SampledInPlace(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, scores):
-            ctx.save_for_backward(scores)
-            return scores.logsumexp(dim=-1)
-
+    class SampledInPlace(SampledMarginals):
         @staticmethod
         def backward(ctx, grad_output):
             scores, = ctx.saved_tensors
@@ -119,13 +113,15 @@ def softmax_covering(block):
                 {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-@pytest.mark.parametrize("shape", [(4, 17), (4, 20), (3, 33), (5, 12)])
+@pytest.mark.parametrize("shape, dtype", [((4, 17), torch.float32), ((4, 20), torch.float32), ((3, 33), torch.float32),
+                                          ((5, 12), torch.float32), ((4, 20), torch.float64)])
 @pytest.mark.parametrize("reference", [None, lambda x: x.softmax(dim=-1)], ids=["differences", "reference"])
-def test_a_block_hard_coded_just_past_its_size_covers_only_part(shape, reference):
+def test_a_block_hard_coded_just_past_its_size_covers_only_part(shape, dtype, reference):
     """Before, a softmax backward that covers 16 columns, checked just past 16 columns, was named 'a wrong formula'
     (every element is off: the row's sum misses the columns past the block). It is right with the columns cut to
-    16, and the trap is named for that cause, at the given size (17, 20, 33) or, within a block, grown (12)."""
-    x = seeded_randn(*shape, seed=shape[1])
+    16, and the trap is named for that cause, at the given size (17, 20, 33, and in float64) or, within a block,
+    grown (12)."""
+    x = seeded_randn(*shape, seed=shape[1]).to(dtype)
     report = check_backward(softmax_covering(16), x, reference=reference)
     assert report.traps == ["covers only part of a large input"], str(report)
     assert "cut to 16" in str(report), str(report)

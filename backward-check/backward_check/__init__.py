@@ -23,9 +23,10 @@ def check_backward(fn, *args, reference=None, second_order=False, name=None, gro
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
     defaults kept) or any callable. args, kwargs: what its forward takes; floating-point tensors
     get gradients, everything else passes through unchanged. Tensors are moved to the kernels'
-    device (not where a function argument reads some of them: those, and the rest, stay where they
-    are, and the checker writes the values it tries into the very tensors the function reads). Or pass one Sample(*args, **kwargs) instead, which keeps the op's arguments apart from
-    the checker's options (an op with an argument called `reference`, say).
+    device, unless a function argument reads some of them: then every tensor stays where it is, and
+    the checker writes the values it tries into the very tensors the function reads. Or pass one
+    Sample(*args, **kwargs) instead, which keeps the op's arguments apart from the checker's options
+    (an op with an argument called `reference`, say).
     reference: a callable with the same arguments built from differentiable torch ops; without one,
     finite differences. second_order: also check create_graph=True. grow: also check the inputs
     grown past several 1024-element blocks. no_grad: the names (or positions) of floating-point

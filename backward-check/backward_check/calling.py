@@ -180,8 +180,7 @@ class Op:
         # The inputs a function argument reads (`f, *phi`; `net, *net.parameters()`): f closes over these very
         # tensors, so the op gets them, not copies; the checker writes the values it tries into them, in place,
         # and restore() puts back what they held. It never changes their shape or layout, nor freezes them.
-        read = {id(t) for s in self.slots if callable(s.value) and not isinstance(s.value, torch.Tensor)
-                for t in read_by(s.value)}
+        # read (above) names them: where any is read, nothing was moved, so these are the function's own.
         self.kept = {i: self.slots[i].value for i in self.inputs
                      if id(self.slots[i].value) in read and self.slots[i].value.is_leaf}
         self._held = {i: (t.detach().clone(), t.requires_grad) for i, t in self.kept.items()}

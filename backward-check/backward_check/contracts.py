@@ -18,9 +18,9 @@ the checker compares symmetric parts, and a backward that returns the symmetric 
 does not. Rows that sum to 1 likewise take only the part of a gradient that sums to 0 along each row, and rows of
 unit norm the part orthogonal to each row. A float tensor of integers may be an index or a count, which no step may
 move: finite differences leave it alone, and the check says it could not decide (a reference decides it). Values on
-a coarser grid of another step (a covariance factor of 0.6, 0.8, 0.9 and 0.4; a bfloat16 number held in float32)
-are no index: they are differenced like any other. Where the
-checker cannot make values that keep a property, it says which, and decides nothing on them.
+a grid of another step (a covariance factor of 0.6, 0.8, 0.9 and 0.4; a bfloat16 number held in float32) are no
+index: they are differenced like any other. Where the checker cannot make values that keep a property, it says
+which, and decides nothing on them.
 """
 import dataclasses
 

@@ -22,8 +22,8 @@ from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
-from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, MADE_PER_CALL, IGNORES_GRAD_OUTPUT, KEEPS_STATE, LAID_OUT_LIKE_INPUT,
-                     CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
+from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
+                     KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
                      WRONG_UNDER_COMPILE, Finding, Note, Undecided)
 from .strategies import describe_shapes, grow, growth_plans

@@ -524,13 +524,13 @@ class FiniteDifferences:
         that tolerance's steps, which grow no faster than the square root of the step, as more elements cross
         one. The noise is the largest level that grows less than NOISE_GROWTH times by the next: 0 where none
         does, or the op refuses the moved values."""
-        x = flat(self.values[i]).cpu()
+        x = flat(self.values[i])  # on the input's device: a large input's direction is drawn where it lives
         finite = x[x.isfinite()]
         typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
         scale = torch.where(x.isfinite(), x.abs().clamp(min=typical or 1.0), torch.zeros_like(x))
-        u = randn_flat(x.numel(), "cpu", f"the forward's own noise {i}") * scale
+        u = randn_flat(x.numel(), x.device, f"the forward's own noise {i}") * scale
         if self.contracts[i].projects:
-            u = self.contracts[i].project(u.reshape(self.values[i].shape), self.values[i].detach().double().cpu())
+            u = self.contracts[i].project(u.reshape(self.values[i].shape), self.values[i].detach().double())
             u = u.reshape(-1)
         if self.contracts[i].bounded:
             u = u * within_bounds(self.contracts[i], x.double(), u, 2 * step * NOISE_LEVELS ** 2)
