@@ -1,10 +1,11 @@
-"""tools/in_the_wild.py and docs/in-the-wild.md, without a GPU and without the wheels.
+"""tools/in_the_wild.py, docs/in-the-wild.md and its runs' page, without a GPU and without the wheels.
 
 The script itself needs a CUDA GPU and the releases' wheels; here it must refuse with exit 2 and
 say why, refuse bad arguments the same way, keep its case table consistent (each trap one the
 checker names, each link the library's own tracker, each case's setup present), build the
 download command pinned as the GPU machine needs, and judge verdicts by its stated rule. The
-reader's page must quote only what the committed log says.
+reader's page, and the page of the runs behind it (benchmarks/results/in-the-wild-diary.md), must
+quote only what the committed logs say.
 """
 import importlib.util
 import re
@@ -17,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tools" / "in_the_wild.py"
 DOC = REPO / "docs" / "in-the-wild.md"
+DIARY = REPO / "benchmarks" / "results" / "in-the-wild-diary.md"
 LOG = REPO / "benchmarks" / "results" / "in_the_wild_h200.log"
 CPU_LOG = REPO / "benchmarks" / "results" / "in_the_wild_cpu_interpreter.log"
 sys.path.insert(0, str(REPO / "practice"))
@@ -168,7 +170,7 @@ def tree_of(log):
 
 
 def test_the_page_quotes_only_what_the_logs_say():
-    log, cpu, doc = LOG.read_text(), CPU_LOG.read_text(), DOC.read_text()
+    log, cpu, doc, diary = LOG.read_text(), CPU_LOG.read_text(), DOC.read_text(), DIARY.read_text()
     sys.path.insert(0, str(REPO / "tools"))
     import stamp
     stamped = re.search(r"^checker: ([0-9a-f]{12}) ", log, flags=re.M)
@@ -179,12 +181,15 @@ def test_the_page_quotes_only_what_the_logs_say():
     assert tree_of(log).split()[0] in provenance and tree_of(cpu).split("-")[0] in provenance, \
         "provenance names the trees the page's logs measured"
     assert len(table_rows(log)) == 2 * len(wild.CASES)
-    assert table_rows(doc) == table_rows(log) + table_rows(cpu), "the page's tables are the logs'"
-    assert sweep_rows(doc) == sweep_rows(log) and len({row[1] for row in sweep_rows(log)}) >= 40, \
-        "at least 40 Functions swept"
+    assert table_rows(doc) == table_rows(log), "the page's table is the GPU log's"
+    assert table_rows(diary) == table_rows(cpu), "the runs' page has the interpreter's table"
+    assert sweep_rows(diary) == sweep_rows(log) and len({row[1] for row in sweep_rows(log)}) >= 40, \
+        "the runs' page has every swept call, of at least 40 Functions"
+    assert sweep_rows(doc) == [row for row in sweep_rows(log) if row[3] != "clean"], \
+        "the page's sweep table is the log's flagged calls"
     assert len({dist for dist in wild.SWEEPS}) >= 4, "sweeps of at least four libraries"
     for case in wild.CASES:
         assert all(link in doc for link in case.links), case.name
-    for quoted in re.findall(r"^> (.+)$", doc, flags=re.M):  # quoted report lines are the log's lines
+    for quoted in re.findall(r"^> (.+)$", doc + diary, flags=re.M):  # quoted report lines are the log's lines
         assert quoted.strip() in log, quoted
-    assert "/work/" not in doc and "/tmp/" not in doc
+    assert "/work/" not in doc + diary and "/tmp/" not in doc + diary
