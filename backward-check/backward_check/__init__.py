@@ -7,10 +7,10 @@ skip rules (runner), and the report. ``check_backward`` is its front door, and
 import time
 import warnings
 
-from .backend import BACKEND, DEVICE  # noqa: E402  (first: picks the backend before triton is imported)
-from . import compiled, runner  # noqa: E402
-from .calling import Op, Sample, UsageError  # noqa: E402
-from .report import ALL_TRAPS, TRAPS, Finding, Note, Passed, Report, Trap, Undecided  # noqa: E402
+from .backend import BACKEND, DEVICE  # first: picks the backend before triton is imported
+from . import compiled, runner
+from .calling import Op, Sample, UsageError
+from .report import ALL_TRAPS, TRAPS, Finding, Note, Passed, Report, Trap, Undecided
 
 __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided", "Passed", "Trap", "TRAPS",
            "ALL_TRAPS", "UsageError", "DEVICE", "BACKEND"]

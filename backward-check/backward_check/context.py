@@ -156,7 +156,7 @@ class Context:
         announce(what + self.where())
         try:
             return forward(self.op, frozen=frozen, values=self.values if values is None else values)
-        except Exception as error:  # noqa: BLE001  (the op's own failure: the runner words it)
+        except Exception as error:  # the op's own failure: the runner words it
             raise raised(what, error, made_up=made_up or self.grown, frozen=self.frozen_by_checker(frozen)) from error
 
     def grads(self, run, grad_outputs, what, made_up=False, retain_graph=False, only=None, raw=False):
@@ -167,7 +167,7 @@ class Context:
         try:
             grads = run.grad(grad_outputs, retain_graph=retain_graph, only=only, positions=self.graded_positions,
                              drew=self.drew)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             frozen = self.frozen_by_checker(i for i in self.op.inputs if run.leaves[i] is None)
             raise raised(what, error, made_up=made_up or self.grown, frozen=frozen) from error
         return grads if raw else copies(grads)
@@ -186,7 +186,7 @@ class Context:
         announce(what + self.where())
         try:
             grads = iter(seeded_grad(loss, wanted, allow_unused=True, drew=self.drew))
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise raised(what, error, made_up=self.grown) from error
         return copies([next(grads) if x is not None else None for x in leaves])
 

@@ -171,7 +171,8 @@ class Contract:
         """Raises Unkept where made, in dtype, lost a property this contract holds."""
         now = found(made.to(dtype))
         lost = [name for name, had, has in (
-            (SYMMETRIC, self.symmetric, now.symmetric), (POSITIVE_DEFINITE, self.positive_definite, now.positive_definite),
+            (SYMMETRIC, self.symmetric, now.symmetric),
+            (POSITIVE_DEFINITE, self.positive_definite, now.positive_definite),
             (ROWS_SUM_TO_ONE, self.rows_sum_to_one, now.rows_sum_to_one), (UNIT_ROWS, self.unit_rows, now.unit_rows),
             (SORTED, self.sorted, now.sorted == self.sorted or made.shape[-1] < 2),
             (LATTICE, self.step, now.step and abs(now.step / self.step - round(now.step / self.step)) < 1e-6),

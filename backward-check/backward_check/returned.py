@@ -20,7 +20,7 @@ def direct_backward(context, frozen=()):
         except Exception:  # noqa: BLE001  after ctx.set_materialize_grads(False) autograd passes None instead
             try:
                 returned = backward(node, *all_grad_outputs(run, g, materialize=False))
-            except Exception as error:  # noqa: BLE001  (the op's own raise)
+            except Exception as error:  # the op's own raise
                 raise raised("backward called directly", error, frozen=context.frozen_by_checker(frozen)) from error
     return (returned if isinstance(returned, tuple) else (returned,)), run
 

@@ -23,7 +23,8 @@ from .calling import UsageError, clip, is_function
 from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
-                     KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
+                     KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
+                     MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
                      WRONG_UNDER_COMPILE, Finding, Note, Undecided)
 from .strategies import describe_shapes, grow, growth_plans
@@ -64,8 +65,8 @@ CHECKS = (
     Check(RANDOM, values.random_grad_output,
           (IGNORES_GRAD_OUTPUT, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, RETURNS_WRONG, COVERS_PART, KEEPS_STATE,
            LAID_OUT_LIKE_INPUT),
-          "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output laid out "
-          "like an input given laid out otherwise, grad_output = 1, each output's grad_output alone, 2 and 5 "
+          "a random grad_output against the right gradient, input by input; a wrong one diagnosed: grad_output laid "
+          "out like an input given laid out otherwise, grad_output = 1, each output's grad_output alone, 2 and 5 "
           "everywhere, a shape the op has not seen", undecided_after=(SAME_CALL,)),
     Check("writes in the backward", writes.backward_writes, (MUTATES_GRAD_OUTPUT, WRITES),
           "the backward, with every input wanting a gradient and each frozen in turn, must leave grad_output, the "
@@ -180,7 +181,7 @@ def attempt(check, context):
             return [Note(check.name, f"refuses the values the checker made up {raised.what} ({message})", REFUSED)]
         return [Finding(check.name, raised.trap, f"{raised.what}: {message}{context.where()}",
                         error=type(raised.error).__name__)]
-    except Exception as error:  # noqa: BLE001  (the checker's own failure: never a traceback, never a verdict)
+    except Exception as error:  # the checker's own failure: never a traceback, never a verdict
         if any(word in str(error) for word in FAULT_WORDS) or device_lost(op_device(context)):
             return [Undecided(check.name, f"{LOST} (a fault of the op's, in an earlier call, or in this check's: "
                                           f"{clip(error, 120)}), so this check could not run", because=LOST)]
@@ -198,7 +199,8 @@ def unkept_words(context, unkept, so):
     """Why values the checker would make up cannot be made: the input, and the property its given values hold
     that no made-up values could keep."""
     which = context.arg(unkept.where) if unkept.where is not None else "an input"
-    return f"the checker could not make values of {which} that keep what the given ones hold: {', '.join(unkept.lost)}; {so}"
+    return (f"the checker could not make values of {which} that keep what the given ones hold: "
+            f"{', '.join(unkept.lost)}; {so}")
 
 
 def contract_notes(context):
@@ -304,8 +306,8 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
                         error=type(fault.error).__name__)], describe_shapes(op.values)
     except OpRaised as raised:
         too_early(raised)
-        return [Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)], \
-            describe_shapes(op.values)
+        crash = Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)
+        return [crash], describe_shapes(op.values)
     if not given.outputs:
         raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
     try:
@@ -319,8 +321,9 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         try:
             context, note = grown_context(op, given, reference, outcomes)
         except OpFaulted as fault:
-            context, note = None, Finding("the grown inputs", CRASHES, f"the op faulted the GPU on inputs grown past "
-                                                                       f"one block ({fault.what}): {fault.message}; {LOST}")
+            context, note = None, Finding("the grown inputs", CRASHES,
+                                          f"the op faulted the GPU on inputs grown past one block ({fault.what}): "
+                                          f"{fault.message}; {LOST}")
         if note:
             outcomes.append(note)
         if context is not None:

@@ -28,7 +28,7 @@ def second_order(context, check):
     except RuntimeError as error:  # refused: the safe answer (unless it is a fault that lost the GPU)
         reraise_fault("under create_graph=True", error)
         return [Passed(check)]
-    except Exception as error:  # noqa: BLE001  (any other raise is the op's, under create_graph=True)
+    except Exception as error:  # any other raise is the op's, under create_graph=True
         raise OpRaised("under create_graph=True", error) from error
     if context.reference is None:
         what = ("the gradient carries no graph, which is right only for an op linear in its inputs" if got is None

@@ -89,7 +89,8 @@ def right_on_a_new_shape(context, i):
         g = [randn(o.shape, o, f"a new shape {k}", context.base) for k, o in enumerate(outputs)]
         first = context.vjp(g, "on values of a new shape", values=values, made_up=True)
         second = context.vjp(g, "on other values of that shape", values=others, made_up=True)
-        right = [Truth(context.op, v, context.reference, context.graded_positions).expected(g) for v in (values, others)]
+        right = [Truth(context.op, v, context.reference, context.graded_positions).expected(g)
+                 for v in (values, others)]
     except OpFaulted:
         raise
     except Exception:  # noqa: BLE001  (no values keep the contract there, or the op or the reference refuses them)

@@ -168,7 +168,8 @@ def one_input_layout(context, check, g, i, label, laid):
     except OpRaised as raised:
         if reads_grad_output_like(context, i, laid, g):
             return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}with {context.arg(i)} {how} and "
-                                                       f"grad_output contiguous the backward raises ({raised.message}), "
+                                                       f"grad_output contiguous the backward raises "
+                                                       f"({raised.message}), "
                                                        f"and is right when grad_output is laid out the same way: the "
                                                        f"backward reads grad_output with {context.arg(i)}'s strides"
                                                        f"{context.where()}", input=context.arg(i))

@@ -330,11 +330,11 @@ class Reference:
         self.dtype = torch.float64
         try:
             outs = self._outputs(torch.float64)[1]
-        except Exception:  # a reference that takes only its own dtype (a Triton one, say)
+        except Exception:  # noqa: BLE001  a reference that takes only its own dtype (a Triton one, say)
             self.dtype = None
             try:
                 outs = self._outputs(None)[1]
-            except Exception as error:  # the reference itself is broken: the caller's to fix
+            except Exception as error:  # noqa: BLE001  the reference itself is broken: the caller's to fix
                 raise UsageError(f"the reference raised {type(error).__name__}: "
                                  f"{clip(error)}") from None
         self.forward = [o.detach().double() for o in outs]
@@ -436,7 +436,7 @@ class FiniteDifferences:
             base, self.picked = self._call(self._copies(torch.float64))
             if not same_picks(self._call(self._copies(None))[1], self.picked):
                 raise ValueError("float64 picks otherwise")
-        except Exception:  # an op that refuses float64, or picks otherwise in it: difference it in its own dtype
+        except Exception:  # noqa: BLE001  an op refusing float64, or picking otherwise in it: its own dtype
             # (a pivot among values tied in float32 and not in float64 makes float64 differences another selection's)
             self.dtype = None
             base, self.picked = self._call(self._copies(None))
@@ -545,7 +545,8 @@ class FiniteDifferences:
                     outputs[k] = self._outputs(moved)
             except Exception:  # noqa: BLE001  (the op refuses the moved values: nothing measured)
                 return 0.0
-            fourth = (outputs[-2] - 4 * outputs[-1] + 6 * center - 4 * outputs[1] + outputs[2]).nan_to_num(0.0, 0.0, 0.0)
+            fourth = outputs[-2] - 4 * outputs[-1] + 6 * center - 4 * outputs[1] + outputs[2]
+            fourth = fourth.nan_to_num(0.0, 0.0, 0.0)
             levels.append(fourth.norm().item() / max(1, fourth.numel()) ** 0.5 / 70 ** 0.5)
         noisy = [here for here, above in zip(levels, levels[1:]) if above < NOISE_GROWTH * here]
         return max(noisy, default=0.0)
@@ -673,10 +674,10 @@ class FiniteDifferences:
                     continue
                 h = factor * step * scale[k]
                 if direction[k] is None:
-                    def move(t, sign):
+                    def move(t, sign, k=k, h=h):  # this column's k and h, bound now (called before the next)
                         self._nudge(t, k, sign * h)
                 else:
-                    def move(t, sign):
+                    def move(t, sign, k=k, h=h):
                         t.add_((sign * h * direction[k]).to(device=t.device, dtype=t.dtype))
                 up, down, crossing = self._either_side(i, move)
                 if crossing:
@@ -752,7 +753,7 @@ class FiniteDifferences:
             for factor in (1, 2):
                 h = factor * step
 
-                def move(t, sign):
+                def move(t, sign, h=h, u=u):  # this direction's, bound now (called before the next)
                     t.add_((sign * h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype))
                 up, down, crossed_here = self._either_side(i, move)
                 crossing |= crossed_here
@@ -885,7 +886,8 @@ class Truth:
             if kept == [0]:
                 return "finite differences along random directions, none of which a derivative could be read along"
             count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
-            return f"finite differences along {count} random directions of each input (too many elements to step one by one)"
+            return (f"finite differences along {count} random directions of each input (too many elements to step "
+                    f"one by one)")
         noisy = [f"{noise:.2g} (relative)" for noise, _ in self.source.noise.values()]
         if noisy:
             return (f"finite differences, stepped wider where the forward moves in steps of its own (its noise "

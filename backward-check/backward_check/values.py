@@ -7,8 +7,8 @@ import torch
 from .calling import is_function
 from .context import OpFaulted, OpRaised
 from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
-                     LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding, Note,
-                     Passed, Undecided)
+                     LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding,
+                     Note, Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
 from .strategies import describe_shapes, grow, growth_plans, protected_sizes, randn, uniform_like
@@ -188,8 +188,8 @@ def diagnose(context, check, i, got, expected, g, shared=()):
                                       f"second gradient overwrote the first ({off:.3g} off, relative)")
     laid_out = right_with_grad_output_laid_out_like(context, i, g, expected)
     if laid_out:
-        return finding(LAID_OUT_LIKE_INPUT, f"wrong with a contiguous grad_output ({off:.3g} off, relative), right with "
-                                            f"grad_output laid out like {laid_out}, as given: the backward reads "
+        return finding(LAID_OUT_LIKE_INPUT, f"wrong with a contiguous grad_output ({off:.3g} off, relative), right "
+                                            f"with grad_output laid out like {laid_out}, as given: the backward reads "
                                             f"grad_output with {laid_out}'s strides")
     near = near_miss(context, i, got, expected, g, off)
     if near:
@@ -277,7 +277,8 @@ def single_value(context, i, got, ones, shape):
         return ""
     c = float((sample[keep] @ right[keep]).item()) / size
     fitted = context.expected([uniform_like(o, c) for o in context.outputs])
-    return f"the one for grad_output = {c:.3g} everywhere, a single value" if fitted.error(got[i], i, shape) <= 1 else ""
+    single = fitted.error(got[i], i, shape) <= 1
+    return f"the one for grad_output = {c:.3g} everywhere, a single value" if single else ""
 
 
 def right_with_grad_output_laid_out_like(context, i, g, expected):

@@ -44,9 +44,10 @@ def forward_writes(context, check):
             if i not in context.op.inputs:
                 outcomes.append(buffer_note(check, context, i, change, "the forward"))
                 continue
-            outcomes.append(Finding(check, WRITES, f"the forward changed {context.arg(i)}{frozen_words(context, frozen)} "
-                                    f"(largest change {change:.3g}) and did not declare it (ctx.mark_dirty)"
-                                    f"{context.where()}; {harm(context, i)}", input=context.arg(i)))
+            outcomes.append(Finding(check, WRITES, f"the forward changed {context.arg(i)}"
+                                    f"{frozen_words(context, frozen)} (largest change {change:.3g}) and did not "
+                                    f"declare it (ctx.mark_dirty){context.where()}; {harm(context, i)}",
+                                    input=context.arg(i)))
     return passed_unless_found(check, outcomes)
 
 
