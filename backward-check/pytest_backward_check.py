@@ -12,8 +12,8 @@ prints one table (backward_check/xdist.py). Off unless asked:
     pytest --backward-check                  # report: a table at the end, no test fails for it
     pytest --backward-check=fail             # a trap fails the test that made the call
     pytest --backward-check --backward-check-budget=all                     # every signature, however long
-    pytest --backward-check=fail --backward-check-accepted accepted.json   # traps known and kept, by op
-    pytest --backward-check --backward-check-accepted accepted.json --backward-check-accept   # write it
+    pytest --backward-check=fail --backward-check-accepted=accepted.json   # traps known and kept, by op
+    pytest --backward-check --backward-check-accepted=accepted.json --backward-check-accept   # write it
 
 Installed with the package (a pytest11 entry point); in a checkout, with backward-check/ on PYTHONPATH:
 `pytest -p pytest_backward_check`. pytest imports this module in every run where the package is installed, so it
@@ -23,6 +23,7 @@ is a module of its own, outside the package: it imports neither torch nor backwa
 import dataclasses
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def pytest_addoption(parser):
     group.addoption("--backward-check-accepted", dest="backward_check_accepted", default=None, metavar="PATH",
                     help='a JSON file of traps known and kept, by op, each with its reason: {"mylib::gelu": '
                          '{"trap name": "why it is by design"}} (or a list of trap names an op); they are shown, '
-                         "and fail nothing")
+                         "and fail nothing; write it with '=' (--backward-check-accepted=PATH): pytest reads a "
+                         "path after a space as a path to test while it chooses its rootdir")
     group.addoption("--backward-check-accept", dest="backward_check_accept", action="store_true",
                     help="write every trap this run found into the --backward-check-accepted file (or set "
                          "BACKWARD_CHECK_ACCEPT=1), each with a reason to fill in; turns --backward-check on")
@@ -99,6 +101,7 @@ class Options:
     accepted_path: Path   # None: no accepted file
     accepting: bool       # write the accepted file from this run's findings
     accept_only: tuple    # [(op, trap or None)]: only these (empty: every trap found)
+    compile: str = None   # --backward-check-compile's backend ("default": inductor or aot_eager); None: off
 
 
 def options_of(config):
@@ -133,13 +136,30 @@ def options_of(config):
     path = option.backward_check_accepted
     if accepting and path is None:
         raise pytest.UsageError("--backward-check-accept (or BACKWARD_CHECK_ACCEPT=1) writes the file that "
-                                "--backward-check-accepted names: name one, e.g. --backward-check-accepted "
+                                "--backward-check-accepted names: name one, e.g. --backward-check-accepted="
                                 "backward_check_accepted.json")
     path = None if path is None else Path(path)
     if path is not None and not path.is_absolute():
         path = Path(config.invocation_params.dir) / path
+    if path is not None:
+        after_a_space(config, path)
     return Options(mode, budget, option.backward_check_limit, memory, option.backward_check_timeout, path,
-                   accepting, tuple(option.backward_check_accept_only))
+                   accepting, tuple(option.backward_check_accept_only), option.backward_check_compile)
+
+
+def after_a_space(config, path):
+    """Refuses `--backward-check-accepted PATH` (a space, not '=') where PATH lies outside the folder pytest was
+    started in. pytest chooses its rootdir, and the ini file it reads, from the words of its command line before it
+    reads a plugin's options, so it takes such a PATH for a path to test: the rootdir moves up to hold it, and the
+    suite's own configuration is not read."""
+    words = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    spaced = any(word == "--backward-check-accepted" for word in words)
+    start = Path(config.invocation_params.dir).resolve()
+    if spaced and not path.resolve().is_relative_to(start):
+        raise pytest.UsageError(f"write --backward-check-accepted={path} (with '='): pytest chooses its rootdir from "
+                                f"the words of its command line before it reads this option, so a path after a "
+                                f"space outside {start} moves the rootdir, and the suite's configuration is not "
+                                f"read")
 
 
 def read_accepted(options):
@@ -162,17 +182,30 @@ def read_accepted(options):
             from None
 
 
+def import_the_package():
+    """Imports backward_check, leaving the suite's environment as it was. Where no GPU is, the package switches
+    Triton's interpreter on as it is imported (TRITON_INTERPRET=1), which would run the suite's own kernels in the
+    interpreter too: the checks run in worker processes that choose for themselves, so the suite's process keeps
+    its own setting."""
+    before = os.environ.get("TRITON_INTERPRET")
+    import backward_check
+    if before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = before
+    return backward_check
+
+
 def pytest_configure(config):
     options = options_of(config)
     if options is None:
         return
-    if config.option.backward_check_compile:  # the worker reads it from its environment, inherited at its start
-        from backward_check import DEVICE, UsageError
-        from backward_check.compiled import ENVIRONMENT, backend_for, backend_from_environment
-        os.environ[ENVIRONMENT] = config.option.backward_check_compile
+    package = import_the_package()
+    if options.compile:
+        from backward_check.compiled import backend_for, backend_from_text
         try:
-            backend_for(backend_from_environment(), DEVICE)
-        except UsageError as error:
+            backend_for(backend_from_text(options.compile), package.DEVICE)
+        except package.UsageError as error:
             raise pytest.UsageError(f"--backward-check-compile: {error}") from None
     accepted, named = read_accepted(options)
     from backward_check.xdist import is_controller
@@ -237,7 +270,7 @@ class Reporting:
         from backward_check.findings import table
         write = terminalreporter.write_line
         terminalreporter.write_sep("=", "backward-check")
-        lines, sections = table(self.findings, self.accepted, self.options)
+        lines, sections = table(self.findings, self.accepted, self.options, terminal_width(terminalreporter))
         for line in lines:
             write(line)
         for line in self.rewritten or ():
@@ -365,7 +398,7 @@ class BackwardCheckSession(Reporting):
         start = time.perf_counter()
         try:
             job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}),
-                         self.recorder.made_per_call(call.name))
+                         self.recorder.made_per_call(call.name), self.options.compile)
             verdict = check_protected(self.worker, call, job, self.recorder)
         except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
             verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
@@ -448,13 +481,19 @@ class XdistController(Reporting):
         self.findings.processes += 1
 
 
+def terminal_width(terminalreporter):
+    """The terminal's columns, as pytest's own lines fit them (COLUMNS, else the terminal, else 80)."""
+    writer = getattr(terminalreporter, "_tw", None)
+    return getattr(writer, "fullwidth", None) or 80
+
+
 def accept_hint(pairs, options):
     """How to accept these findings where they are by design: [(op, traps)]."""
     where = f" ({options.accepted_path})" if options.accepted_path else ""
     example = {op: {t: "why it is by design" for t in traps} for op, traps in pairs}
     flags = " ".join(f"--backward-check-accept-only '{op}={t}'" for op, traps in pairs for t in traps)
     return (f"By design? List it, with the reason, in the file --backward-check-accepted names{where}, as "
-            f"{json.dumps(example)}; or write it from this run with --backward-check-accepted FILE {flags}.")
+            f"{json.dumps(example)}; or write it from this run with --backward-check-accepted=FILE {flags}.")
 
 
 def failure_message(checked, options):

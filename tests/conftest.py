@@ -1,7 +1,12 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# The plugin's table fits the terminal: the suites these tests run (in process, or in a subprocess, which inherits
+# this) print it in its wide layout, one line a row, which the tests read; tests of narrower tables set their own.
+os.environ["COLUMNS"] = "1000"
 
 # The tests import their shared helpers (tests/chapter_scripts.py) by name, and the checker's package
 # (backward-check/backward_check) from its folder, as the book's practice/ scripts do.

@@ -127,8 +127,11 @@ def planned_install(python, *requirements):
 
 
 def test_the_package_holds_the_checker_alone(installed):
+    """The package, its plugin's entry module, and bin/ with its one command, backward-check."""
     assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info") and p.name != "__pycache__") \
-        == ["backward_check", "pytest_backward_check.py"]
+        == ["backward_check", "bin", "pytest_backward_check.py"]
+    assert [p.name for p in (installed / "bin").iterdir()] == ["backward-check"]
+    assert (installed / "backward_check" / "py.typed").is_file()  # its type hints are for type checkers to read
     metadata = importlib.metadata.Distribution.at(next(installed.glob("backward_check-*.dist-info")))
     assert metadata.metadata["Name"] == "backward-check"
     requirements = [Requirement(r) for r in metadata.requires]
@@ -214,15 +217,54 @@ def test_the_plugin_loads_with_p_beside_the_installed_package(installed, tmp_pat
         assert FOUND in done.stdout, done.stdout[-3000:]
 
 
-def test_the_test_extra_brings_what_the_example_needs(tmp_path):
-    """The docs' one command for the example test, pip install "./backward-check[test]", in a venv that has
-    torch alone (as after installing torch's CPU build): it brings NumPy, pytest, and on Linux Triton."""
+def test_the_extras_bring_what_the_documented_commands_need(tmp_path):
+    """The docs' commands, pip install "./backward-check[test]" and "./backward-check[test,triton]", in a venv
+    that has torch alone (as after installing torch's CPU build): [test] brings NumPy, pytest, pytest-xdist (`-n
+    auto`) and Hypothesis, and no Triton (about 1 GB, which plain-PyTorch authors never need); [test,triton] brings
+    Triton too, on Linux."""
     shared = required_closure(["torch"])
     python, _ = fresh_venv_sharing(tmp_path, shared)
     planned = planned_install(python, f"{PACKAGE}[test]")
-    needed = {"numpy", "pytest"} | ({"triton"} if sys.platform == "linux" else set())
+    needed = {"numpy", "pytest", "pytest-xdist", "hypothesis"}
     assert needed - set(shared) <= planned, planned
+    assert "triton" not in planned, planned
     assert not planned & set(shared), f"pip would install again what the venv already has: {planned & set(shared)}"
+    if sys.platform == "linux":
+        with_triton = planned_install(python, f"{PACKAGE}[test,triton]")
+        assert "triton" in with_triton or "triton" in shared, with_triton
+
+
+def test_the_package_installs_the_backward_check_command(installed, tmp_path):
+    """pip installs the console script `backward-check`: --help prints its usage, and it checks a file's Function
+    (exit 1 where it finds a trap, as practice/backward_checker.py does)."""
+    command = installed / "bin" / "backward-check"
+    assert command.is_file(), sorted(p.name for p in (installed / "bin").iterdir())
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(installed), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(command), "--help"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("usage: backward-check"), done.stdout + done.stderr
+    ops = tmp_path / "my_ops.py"
+    ops.write_text(IGNORES_GRAD_OUTPUT_FILE)
+    done = subprocess.run([sys.executable, str(command), str(ops)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 1 and "ignores grad_output" in done.stdout, done.stdout + done.stderr
+
+
+IGNORES_GRAD_OUTPUT_FILE = """
+import torch
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        return 2 * x
+"""
 
 
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"

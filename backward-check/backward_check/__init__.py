@@ -2,10 +2,12 @@
 (strategies), the right gradient and its tolerance (truth), what every check reads (context), the
 checks by family (writes, state, values, strides, uses, returned, second_order, compiled), their order and
 skip rules (runner), and the report. ``check_backward`` is its front door, and
-``backward_check.testing.assert_backward`` its pytest form; in the book's repository,
-``practice/backward_checker.py`` adds the command line."""
+``backward_check.testing.assert_backward`` its pytest form, and ``backward_check.cli`` its command line
+(``backward-check my_ops.py``)."""
 import time
 import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .backend import BACKEND, DEVICE  # first: picks the backend before triton is imported
 from . import compiled, runner
@@ -16,8 +18,12 @@ __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided",
            "ALL_TRAPS", "UsageError", "DEVICE", "BACKEND"]
 
 
-def check_backward(fn, *args, reference=None, second_order=False, name=None, grow=True, no_grad=(),
-                   frozen_by_callers=(), compile=False, made_per_call=False, **kwargs):
+def check_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., Any] | None = None,
+                   second_order: bool = False, name: str | None = None, grow: bool = True,
+                   no_grad: str | int | Iterable[str | int] = (),
+                   frozen_by_callers: str | int | Iterable[str | int] = (),
+                   compile: bool | str | Callable[..., Any] = False, made_per_call: bool = False,
+                   **kwargs: Any) -> Report:
     """Calls fn the ways autograd really calls it, and returns a Report naming each trap found.
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,

@@ -135,7 +135,8 @@ class Op:
             raise UsageError(f"pass the Function class itself, {name}, not an instance of it ({name}()): the checker "
                              f"calls {name}.apply")
         if not callable(fn):
-            raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not {type(fn).__name__}")
+            raise UsageError(f"check_backward takes an autograd.Function subclass or a callable, not "
+                             f"{type(fn).__name__}")
         self.fn = fn
         self.function = is_function(fn)
         self.name = getattr(fn, "__name__", getattr(fn, "_qualname", type(fn).__name__))  # a custom op: ns::name
@@ -184,6 +185,9 @@ class Op:
         self.kept = {i: self.slots[i].value for i in self.inputs
                      if id(self.slots[i].value) in read and self.slots[i].value.is_leaf}
         self._held = {i: (t.detach().clone(), t.requires_grad) for i, t in self.kept.items()}
+        # A torch.Generator the op is passed is its own to draw from: each call the checker makes starts it where
+        # the caller's call did, so that two calls draw alike (as torch's own generators are seeded alike).
+        self.generators = [(s.value, s.value.get_state()) for s in self.slots if isinstance(s.value, torch.Generator)]
         # The inputs the op's callers do pass frozen (requires_grad=False): where the checker freezes another,
         # the op may refuse it, as no caller would know.
         self.frozen_by_callers = self.positions(frozen_by_callers, "frozen_by_callers")
@@ -263,6 +267,8 @@ class Op:
         (the reference) is called as the caller called the op: positional, keyword, defaults left out. A kept
         input (read by a function argument) is itself passed, holding the value given for it; under no_grad
         (finite differences' calls) it holds its own values again after the call."""
+        for generator, state in self.generators:
+            generator.set_state(state)
         if self.kept and any(values[i] is not t for i, t in self.kept.items()):
             before = {i: t.detach().clone() for i, t in self.kept.items()} if not torch.is_grad_enabled() else {}
             values = [self.hold(i, v) if i in self.kept else v for i, v in enumerate(values)]
@@ -285,7 +291,7 @@ class Op:
         such leaf (so an in-place forward is legal), a clone of every other tensor, other values as
         they are."""
         leaves, passed = [], []
-        for i, (s, v) in enumerate(zip(self.slots, values if values is not None else self.values)):
+        for i, (_, v) in enumerate(zip(self.slots, values if values is not None else self.values)):
             if i in self.kept:  # the tensor itself, holding v: the function argument reads it
                 leaf = self.hold(i, v)
                 leaf.requires_grad_(True)

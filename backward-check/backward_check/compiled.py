@@ -31,7 +31,7 @@ import warnings
 
 import torch
 
-from .backend import DEVICE, SPELLINGS_OF_ON
+from .backend import SPELLINGS_OF_ON
 from .calling import UsageError, announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
 from .context import copies, reraise_fault
 from .report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
@@ -39,7 +39,7 @@ from .strategies import layouts_for
 from .truth import ROUNDING_TIMES, flat, neighbourhood, relative_error
 
 COMPILE_OPTION = "compile"
-ENVIRONMENT = "BACKWARD_CHECK_COMPILE"  # how the pytest plugin's --backward-check-compile reaches its worker
+ENVIRONMENT = "BACKWARD_CHECK_COMPILE"  # how a tool's processes are told to check under torch.compile
 # The package's folder (in the practice notebook its modules run from source, named backward_check/<module>.py).
 PACKAGE = os.path.dirname(os.path.abspath(globals().get("__file__", "backward_check/compiled.py")))
 
@@ -88,13 +88,18 @@ def backend_for(compile, device):
                      f"{type(compile).__name__}")
 
 
-def backend_from_environment():
-    """compile= as the pytest plugin's --backward-check-compile[=BACKEND] hands it on, in ENVIRONMENT (its worker
-    process inherits it): False where unset, True for the default backend, else a backend's name."""
-    value = os.environ.get(ENVIRONMENT, "").strip()
+def backend_from_text(value):
+    """compile= as a command line writes it (the pytest plugin's --backward-check-compile[=BACKEND], or
+    ENVIRONMENT): False where empty or off, True for the default backend, else a backend's name."""
+    value = (value or "").strip()
     if value.lower() in ("", "0", "false", "no", "off"):
         return False
     return True if value.lower() in SPELLINGS_OF_ON + ("default",) else value
+
+
+def backend_from_environment():
+    """compile= as a tool hands it to the processes it starts, in ENVIRONMENT (tools/in_the_wild.py --compile)."""
+    return backend_from_text(os.environ.get(ENVIRONMENT))
 
 
 def backend_name(backend):
@@ -381,7 +386,8 @@ def same_kind_inputs(context):
 def writes_its_arguments(context):
     run = context.run("the forward, to see whether it writes into its arguments")
     return any(isinstance(p, torch.Tensor) and isinstance(v, torch.Tensor) and p.shape == v.shape and
-               not torch.equal(p.detach().nan_to_num(0.0), v.nan_to_num(0.0)) for p, v in zip(run.passed, context.values)
+               not torch.equal(p.detach().nan_to_num(0.0), v.nan_to_num(0.0))
+               for p, v in zip(run.passed, context.values)
                if isinstance(p, torch.Tensor) and p.is_floating_point())
 
 
@@ -432,7 +438,7 @@ class Judge:
         try:
             with warnings_quiet():
                 return self.calls.gradients(fn, case, what)
-        except Exception as error:  # noqa: BLE001  (torch.compile's failure, or the op's under it: a note)
+        except Exception as error:  # torch.compile's failure, or the op's under it: a note
             reraise_fault(what, error)
             raise CompileFailed(what, error) from error
 

@@ -40,12 +40,21 @@ class Checked:
 
     @property
     def shown(self):
-        """The verdict for the table, each accepted trap marked."""
+        """The verdict for the table: the traps not accepted after TRAP, the accepted ones in parentheses after them,
+        or 'accepted (...)' alone where the accepted file lists every trap found."""
         if self.verdict.status == TRAPS:
-            return "TRAP " + "; ".join(t + (" (accepted)" if t in self.accepted else "") for t in self.verdict.traps)
+            kept = [t for t in self.verdict.traps if t in self.accepted]
+            if not self.failing:
+                return f"accepted ({'; '.join(kept)})"
+            return "TRAP " + "; ".join(self.failing) + (f" (accepted: {'; '.join(kept)})" if kept else "")
         if self.verdict.status == FAULT and self.accepted:
             return self.verdict.summary + " (accepted)"
         return self.verdict.summary
+
+    @property
+    def fully_accepted(self):
+        """Whether every trap found is one the accepted file lists: the row says so, and no report follows."""
+        return bool(self.accepted) and not self.failing
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -123,22 +132,57 @@ def _wrapped(text, width, breaks=" "):
     return [*lines, line.rstrip()] if line.strip() or not lines else lines
 
 
-def row_lines(arguments, test, seconds, verdict):
+TEST_ID_BREAKS = ":/[-,"   # where a test id may go on to the next line
+VERDICT_COLUMN = 2 + ARGUMENTS_WIDTH + TEST_WIDTH + 9
+WIDE = VERDICT_COLUMN + 40   # narrower terminals get each row stacked (narrow_row_lines)
+UNLIMITED = 10 ** 6
+
+
+def row_lines(arguments, test, seconds, verdict, width=UNLIMITED):
     """One signature's row: its first line indented two spaces with the verdict, the rest of a long argument list
-    or test id on the lines after it, in their columns, indented four spaces or more."""
+    or test id on the lines after it, in their columns, indented four spaces or more; a verdict longer than the
+    width goes on in its column. A terminal narrower than WIDE gets narrow_row_lines."""
+    if width < WIDE:
+        return narrow_row_lines(arguments, test, seconds, verdict, width)
     words = _wrapped(arguments, ARGUMENTS_WIDTH - 2, " ")
     words = words[:1] + ["  " + w for w in _wrapped(" ".join(words[1:]), ARGUMENTS_WIDTH - 4, " ")] \
         if len(words) > 1 else words
-    tests = _wrapped(test, TEST_WIDTH - 2, ":/[-,")
+    tests = _wrapped(test, TEST_WIDTH - 2, TEST_ID_BREAKS)
+    verdicts = _wrapped(verdict, width - VERDICT_COLUMN, " ")
     lines = []
-    for i in range(max(len(words), len(tests))):
+    for i in range(max(len(words), len(tests), len(verdicts))):
         left = (words[i] if i < len(words) else "").ljust(ARGUMENTS_WIDTH)
         middle = tests[i] if i < len(tests) else ""
+        right = verdicts[i] if i < len(verdicts) else ""
         if i == 0:
-            lines.append(f"  {left}{middle:<{TEST_WIDTH}}{seconds:7.1f}  {verdict}")
+            lines.append(f"  {left}{middle:<{TEST_WIDTH}}{seconds:7.1f}  {right}")
         else:
-            lines.append(f"  {left if left.strip() else '  ' + left}{middle}".rstrip())
+            left = left if left.strip() else "  " + left[2:]  # indented four: a row's going on, not a row
+            lines.append(f"  {left}{middle:<{TEST_WIDTH}}         {right}".rstrip())
     return lines
+
+
+def narrow_row_lines(arguments, test, seconds, verdict, width):
+    """A row stacked for a narrow terminal: the arguments (indented two spaces), then, indented four, the test
+    that first made the call, broken only where a test id breaks (after : / [ - ,), then the seconds and the
+    verdict; every line within width."""
+    room = max(width, 40)
+    lines = [("  " if i == 0 else "    ") + w for i, w in enumerate(_wrapped(arguments, room - 4, " "))]
+    lines += [("    by " if i == 0 else "       ") + w for i, w in enumerate(_wrapped(test, room - 7, TEST_ID_BREAKS))]
+    lead = f"    {seconds:.1f} s  "
+    lines += [(lead if i == 0 else " " * len(lead)) + w
+              for i, w in enumerate(_wrapped(verdict, room - len(lead), " "))]
+    return lines
+
+
+def fitted(line, width, indent="    "):
+    """A line of the table's within width, going on in lines indented by indent (a word longer is cut)."""
+    if len(line) <= width:
+        return [line]
+    lead = line[:len(line) - len(line.lstrip())]
+    first, *rest = _wrapped(line.lstrip(), width - len(lead), " ")
+    rest = _wrapped(" ".join(rest), max(width - len(lead) - len(indent), 20), " ") if rest else []
+    return [lead + first] + [lead + indent + r for r in rest]
 
 
 def left_out_line(left_out, checked, options):
@@ -167,21 +211,48 @@ def left_out_line(left_out, checked, options):
     return lines
 
 
-def table(findings, accepted, options):
-    """The table's lines (after its rule), and the sections to print after it: [(title, lines)]."""
+def never_checked_line(findings):
+    """'N ops never checked: A, B; --backward-check-budget=all checks them': the ops whose every call was left out
+    (an op another pytest-xdist worker checked has its rows), in the summary, not only in their rows."""
+    checked = {c.op for c in findings.checked}
+    never = {op: {why for why, _ in calls.values()} for op, calls in findings.left_out.items() if op not in checked}
+    never = {op: whys - {ELSEWHERE} for op, whys in never.items() if whys - {ELSEWHERE}}
+    if not never:
+        return []
+    whys = set().union(*never.values())
+    how = {BUDGET: f"{EVERYTHING} checks them", MEMORY: "a larger --backward-check-memory keeps their copies"}
+    hint = "; ".join(how[why] for why in (BUDGET, MEMORY) if why in whys)
+    return [f"{len(never)} op{'s' if len(never) > 1 else ''} never checked: {', '.join(never)}"
+            + (f"; {hint}" if hint else "")]
+
+
+def table(findings, accepted, options, width=UNLIMITED):
+    """The table's lines (after its rule), each within width (the terminal's), and the sections to print after it:
+    [(title, lines)]."""
+    lines = _table(findings, accepted, options, width)
+    fitted_lines = []
+    for line in lines[0]:
+        fitted_lines += fitted(line, width)
+    return fitted_lines, lines[1]
+
+
+def _table(findings, accepted, options, width):
     lines = []
     if not findings.checked and not findings.left_out:
         return [*(f"not recorded: {p}" for p in findings.problems),
                 "no autograd.Function or custom op was called with an input that requires grad"], []
     lines += [f"not recorded: {p}" for p in findings.problems]
     header = "op, and the arguments it was called with"
-    lines.append(f"{header:<{ARGUMENTS_WIDTH + 2}}{'first called by':<{TEST_WIDTH}}seconds  verdict")
+    if width >= WIDE:
+        lines.append(f"{header:<{ARGUMENTS_WIDTH + 2}}{'first called by':<{TEST_WIDTH}}seconds  verdict")
+    else:
+        lines.append(f"{header}; the test that first made the call; seconds and verdict")
     seen = {}
     for op in findings.ops():
         lines.append(op)
         rows = [c for c in findings.checked if c.op == op]
         for c in rows:
-            lines += row_lines(c.arguments, c.test, c.verdict.seconds, c.shown)
+            lines += row_lines(c.arguments, c.test, c.verdict.seconds, c.shown, width)
             if c.verdict.note:
                 lines.append(f"    ({c.verdict.note})")
             twin = seen.setdefault((op, c.arguments), c)
@@ -203,12 +274,14 @@ def table(findings, accepted, options):
     if findings.faults:
         line += f", again after each of {findings.faults} fault{'s' if findings.faults > 1 else ''}"
     lines.append(line)
+    lines += never_checked_line(findings)
     allowed = "no budget" if findings.budget_seconds == float("inf") else f"a budget of {findings.budget_seconds:.0f} s"
     across = f", across {findings.processes} pytest-xdist workers" if findings.processes > 1 else ""
-    lines.append(f"the plugin took {findings.plugin_seconds:.1f} s beside the suite's own {findings.suite_seconds:.1f} s"
+    lines.append(f"the plugin took {findings.plugin_seconds:.1f} s beside the suite's own "
+                 f"{findings.suite_seconds:.1f} s"
                  f" ({allowed}{across})")
     failed_already = options.mode == "fail" and not options.accepting  # a failing test shows its own report
     sections = [(f"{c.op} ({c.arguments}), first called by {c.test}", c.verdict.report.splitlines())
                 for c in checked if (c.verdict.traps or c.verdict.status in (UNDECIDED, UNSTABLE))
-                and not (failed_already and c.failing and c.when == AFTER_ITS_TEST)]
+                and not c.fully_accepted and not (failed_already and c.failing and c.when == AFTER_ITS_TEST)]
     return lines, sections

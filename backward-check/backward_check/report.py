@@ -43,13 +43,16 @@ COVERS_PART = Trap("covers only part of a large input", "Chapter 16: every block
 RETURNS_WRONG = Trap("returns the wrong gradients", "Chapter 15: one gradient per input, each like its input",
                      "return one gradient per forward input, shaped and typed like it (None where none is needed)")
 EVERY_OUTPUT_USED = Trap("assumes every output is used",
-                         "Chapter 15: an unused output's grad_output is zeros, or None after set_materialize_grads(False)",
+                         "Chapter 15: an unused output's grad_output is zeros, or None after "
+                         "set_materialize_grads(False)",
                          "treat a None grad_output as zeros")
 WRONG_FORWARD = Trap("a wrong forward", "Chapter 12: check the forward against an oracle first",
                      "fix the forward (or, if it is right, the reference)")
 SECOND_ORDER = Trap("a silently wrong second derivative", "Chapter 16: a kernel's output carries no graph",
-                    "refuse create_graph=True loudly (raise in backward when torch.is_grad_enabled(), as hardened_ops.py does), or build backward from differentiable ops")
-WRONG_FORMULA = Trap("a wrong formula", "Chapter 16", "derive the local derivative again, and test it against the reference")
+                    "refuse create_graph=True loudly (raise in backward when torch.is_grad_enabled(), as "
+                    "hardened_ops.py does), or build backward from differentiable ops")
+WRONG_FORMULA = Trap("a wrong formula", "Chapter 16",
+                     "derive the local derivative again, and test it against the reference")
 WRONG_UNDER_COMPILE = Trap("wrong under torch.compile",
                            "beyond the chapter: torch.compile traces the Function, then AOTAutograd and the backend "
                            "rewrite it", "eager is right, so the compiler is wrong: find its PyTorch issue and the "
@@ -96,10 +99,13 @@ class Finding:
             raise ValueError(f"unknown trap {self.trap!r}: add it to report.ALL_TRAPS")
 
     def __str__(self):
-        """The trap and its evidence on one line, then what to do about it, with where the book teaches it, on a
-        line of its own."""
-        book = f" (the book: {self.trap.section})" if self.trap.section else ""
-        return f"  TRAP  {self.trap.name}: {self.evidence}\n{FIX}{self.trap.remedy}{book}"
+        return self.text()
+
+    def text(self, book=True):
+        """The trap and its evidence on one line, then what to do about it on a line of its own; with book, where
+        the book teaches it (the chapter's readers), without it the fix alone (a library's suite, the plugin)."""
+        where = f" (the book: {self.trap.section})" if book and self.trap.section else ""
+        return f"  TRAP  {self.trap.name}: {self.evidence}\n{FIX}{self.trap.remedy}{where}"
 
 
 FIX = "        fix: "
@@ -212,9 +218,13 @@ class Report:
         return others
 
     def __str__(self):
+        return self.text()
+
+    def text(self, book=True):
+        """The report in lines; book=False leaves out where the book teaches each trap (Finding.text)."""
         lines = [f"check_backward({self.name}): {self.headline}"]
         for finding in self.findings:
-            lines.append(str(finding))
+            lines.append(finding.text(book))
             lines += [f"{ALSO}{f.evidence}" for f in self.also(finding)]
         lines += [f"  note  {n}" for n in self.notes]
         lines += [f"  ??    {u}" for u in dict.fromkeys(self.inconclusive)]

@@ -9,17 +9,20 @@ its arguments, and is ranked by what its check could reveal that the op's checks
     4  a combination of what was checked
 
 After each test, its calls of tiers 0 and 1 are checked, best first, while the time budget lasts (so that =fail
-fails the test that made the call); the rest wait for the session's end, where every call still waiting is checked
-best first while the budget lasts. A call's tier is taken again before each pick, against what has been checked by
-then, so the second call that brings 'none' goes after every other call that brings something new. Checking the
-lower tiers at the end, not after their test, ranks them against the whole suite's calls: a dtype that the first
-test brought does not take the place of a value that the last test brings.
+fails the test that made the call), a call of tier 1 only while a reserve of the budget is left for the ops the
+suite has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
+while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
+call's tier is taken again before each pick, against what has been checked by then, so the second call that
+brings 'none' goes after every other call that brings something new. Checking the lower tiers at the end, not
+after their test, ranks them against the whole suite's calls: a dtype that the first test brought does not take
+the place of a value that the last test brings.
 
 The budget is the plugin's own seconds (its copies, its worker's start, its checks) against the suite's: at most
 factor times the suite's own seconds so far (the wall clock since pytest configured the plugin, through collection,
 imports, fixtures and tests, less the plugin's seconds: the time a run without the plugin takes), and at least a
-floor, so that a suite of a few seconds is checked too. The copies waiting are held within a number of bytes: past it, the copies of the call of
-the lowest tier (the latest among equals) are dropped first, and the table counts them.
+floor, so that a suite of a few seconds is checked too. The copies waiting are held within a number of bytes: past
+it, the copies of the least revealing call (by the same rank, the latest among equals) are dropped first, and the
+table counts them.
 """
 import collections
 import dataclasses
@@ -49,6 +52,9 @@ BUDGET_FACTOR = 1.0
 # a tiny op there took 9 s).
 BUDGET_FLOOR_SECONDS = 60.0
 MEMORY_MIB = 2048  # the copies waiting for their check, at most (divided among pytest-xdist's workers)
+# The share of the budget a check after its test leaves for ops first called later, unless it is an op's first
+# call: an early file's many new values would otherwise spend the budget before the last file's ops are called.
+RESERVE_FOR_FIRST_CALLS = 0.2
 
 
 def features(signature):
@@ -108,9 +114,11 @@ class Budget:
     def seconds(self):
         return math.inf if self.factor is None else max(self.floor, self.factor * self.suite_seconds)
 
-    def allows(self, expected=0.0):
-        """Whether a check expected to take `expected` seconds fits in what is left."""
-        return self.spent < self.seconds and self.spent + expected <= self.seconds
+    def allows(self, expected=0.0, reserve=0.0):
+        """Whether a check expected to take `expected` seconds fits in what is left, less a share `reserve` of the
+        budget kept for other checks."""
+        seconds = self.seconds * (1.0 - reserve)
+        return self.spent < seconds and self.spent + expected <= seconds
 
 
 class Selection:
@@ -124,6 +132,7 @@ class Selection:
         self.held_bytes = 0
         self.covered = {}                         # op name: the features of its calls checked
         self.checked = collections.Counter()      # op name: calls checked in this process
+        self.checked_anywhere = collections.Counter()  # op name: calls checked here or by another process
         self.check_seconds = {}                   # op name: [seconds of each check here]
         self.left_out = {}                        # op name: {signature key: (why, its tier then)}
         self._order = itertools.count()
@@ -134,11 +143,15 @@ class Selection:
         return tier(call.features, self.covered.get(call.name))
 
     def _rank(self, call):
-        return self.tier(call), call.order
+        """Ops' first calls first; then each op's most revealing call, the ops checked least so far first (one
+        op's many new values do not go before another op's second signature); the earliest among equals."""
+        tier = self.tier(call)
+        return tier != FIRST, self.checked_anywhere[call.name], tier, call.order
 
     def _catch_up(self):
         for op, seen in (self.others() if self.others else ()):
             self.covered.setdefault(op, set()).update(seen)
+            self.checked_anywhere[op] += 1
 
     # -- recording's side ---------------------------------------------------------------------------
 
@@ -195,17 +208,20 @@ class Selection:
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.
         test: after that test, only its own calls, of the tiers CHECKED_AFTER_ITS_TEST (the rest wait for the
-        session's end); None: at the session's end, any. The best tier first, the earliest among equals; a call
-        its op's earlier checks say will not fit in the budget is passed over."""
+        session's end); None: at the session's end, any. Ranked by _rank; a call its op's earlier checks say will
+        not fit in the budget is passed over, and after its test, a call that is not its op's first leaves
+        RESERVE_FOR_FIRST_CALLS of the budget to the ops the suite has yet to call."""
         self._catch_up()
         candidates = sorted((c for c in self.waiting if test is None or c.test == test), key=self._rank)
         for call in candidates:
-            if test is not None and self.tier(call) not in CHECKED_AFTER_ITS_TEST:
-                break
+            tier = self.tier(call)
+            if test is not None and tier not in CHECKED_AFTER_ITS_TEST:
+                continue
             if self.limit is not None and self.checked[call.name] >= self.limit:
                 self._drop(call, LIMIT)
                 continue
-            if self.budget.allows(self.expected_seconds(call.name)):
+            reserve = RESERVE_FOR_FIRST_CALLS if test is not None and tier != FIRST else 0.0
+            if self.budget.allows(self.expected_seconds(call.name), reserve):
                 self.waiting.remove(call)
                 self.held_bytes -= call.nbytes
                 return call
@@ -215,6 +231,7 @@ class Selection:
         """The call was checked here: what it covers is covered, and its time counts toward its op's."""
         self.covered.setdefault(call.name, set()).update(call.features)
         self.checked[call.name] += 1
+        self.checked_anywhere[call.name] += 1
         self.check_seconds.setdefault(call.name, []).append(seconds)
         call.args = call.kwargs = None
 

@@ -9,17 +9,30 @@
 
 It takes what check_backward takes, plus `allow` (trap names, or Trap objects, that the library
 knows of and keeps, each shown in the report and not failing the test) and `strict` (also fail when a check could not
-decide, instead of warning). It returns the Report, so a test can go on to assert more."""
+decide, instead of warning). It returns the Report, so a test can go on to assert more; a failure raises
+BackwardCheckFailure, an AssertionError that carries the Report (its .report) and the failing traps (.traps)."""
 import difflib
 import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from . import check_backward
 from .calling import UsageError
-from .report import TRAPS, Trap
+from .report import TRAPS, Report, Trap
 
 
 class BackwardCheckWarning(UserWarning):
     """A check that could not decide, or an allowed trap that is no longer there."""
+
+
+class BackwardCheckFailure(AssertionError):
+    """assert_backward's failure: a trap not allowed (or, with strict=True, a check that could not decide). An
+    AssertionError, so pytest shows it as a failed assertion; it carries the Report (report), and the names of the
+    traps that failed it (traps: empty where only strict=True failed it)."""
+
+    def __init__(self, message: str, report: Report, traps: Iterable[str] = ()):
+        super().__init__(message)
+        self.report, self.traps = report, tuple(traps)
 
 
 def allowed_names(allow):
@@ -40,9 +53,13 @@ def allowed_names(allow):
     return names
 
 
-def assert_backward(fn, *args, reference=None, allow=(), strict=False, second_order=False, name=None, grow=True,
-                    no_grad=(), compile=False, **kwargs):
-    """check_backward(fn, *args, **kwargs), raising AssertionError with the report for each trap not in allow."""
+def assert_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., Any] | None = None,
+                    allow: str | Trap | Iterable[str | Trap] | None = (), strict: bool = False,
+                    second_order: bool = False, name: str | None = None, grow: bool = True,
+                    no_grad: str | int | Iterable[str | int] = (), compile: bool | str | Callable[..., Any] = False,
+                    **kwargs: Any) -> Report:
+    """check_backward(fn, *args, **kwargs), raising BackwardCheckFailure (an AssertionError) with the report where
+    a trap is not in allow."""
     __tracebackhide__ = True  # pytest shows the report, not this function's frames
     allow = allowed_names(allow)
     try:
@@ -52,11 +69,13 @@ def assert_backward(fn, *args, reference=None, allow=(), strict=False, second_or
         raise UsageError(str(error)) from None  # the message says what is wrong; the checker's frames do not
     failing = [trap for trap in report.traps if trap not in allow]
     if failing:
-        raise AssertionError(f"the backward of {report.name} has {len(failing)} trap{'s' if len(failing) > 1 else ''} "
-                             f"({', '.join(failing)}):\n{report}")
+        raise BackwardCheckFailure(f"the backward of {report.name} has {len(failing)} "
+                                   f"trap{'s' if len(failing) > 1 else ''} ({', '.join(failing)}):\n{report}",
+                                   report, failing)
     if report.undecided:
         if strict:
-            raise AssertionError(f"the checker could not decide every check of {report.name} (strict=True):\n{report}")
+            raise BackwardCheckFailure(f"the checker could not decide every check of {report.name} "
+                                       f"(strict=True):\n{report}", report)
         warnings.warn(BackwardCheckWarning(f"not every check could decide:\n{report}"), stacklevel=2)
     gone = [trap for trap in allow if trap not in report.traps]
     if gone:

@@ -67,6 +67,7 @@ class Job:
     seed: int
     accepted: tuple = ()
     made_per_call: bool = False   # a class the suite made afresh for each call (check_backward's made_per_call)
+    compile: str = None           # --backward-check-compile's value (None: as ENVIRONMENT says, unset: off)
 
 
 def seed_of(name, signature):
@@ -74,10 +75,10 @@ def seed_of(name, signature):
     return zlib.crc32(f"{name} {signature!r}".encode())
 
 
-def job_of(call, frozen_by_callers, accepted=(), made_per_call=False):
+def job_of(call, frozen_by_callers, accepted=(), made_per_call=False, compile=None):
     frozen = tuple(sorted((p for p in frozen_by_callers if p in call.places), key=str))
     return Job(call.name, call.args, call.kwargs, call.no_grad, frozen, seed_of(call.name, call.signature),
-               tuple(sorted(accepted)), made_per_call)
+               tuple(sorted(accepted)), made_per_call, compile)
 
 
 # -- one check, in whichever process runs it --------------------------------------------------------
@@ -109,16 +110,21 @@ def generator_states():
     return states
 
 
+def _text(report):
+    """The report for a library's suite: each fix without the book's section (a stand-in report: as it prints)."""
+    return report.text(book=False) if hasattr(report, "text") else str(report)
+
+
 def check_once(op, job, args, kwargs, seed):
     """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
     checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
     from . import Sample, UsageError, check_backward
-    from .compiled import backend_from_environment
+    from .compiled import backend_from_environment, backend_from_text
     seed_everything(seed)
     seeded = generator_states()
     # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
-    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": backend_from_environment(),
-                "made_per_call": job.made_per_call}
+    compile = backend_from_environment() if job.compile is None else backend_from_text(job.compile)
+    optional = {"frozen_by_callers": job.frozen_by_callers, "compile": compile, "made_per_call": job.made_per_call}
     try:
         report = check_backward(op, Sample(*args, **kwargs), name=job.name, no_grad=job.no_grad,
                                 **{key: value for key, value in optional.items() if value})
@@ -129,12 +135,12 @@ def check_once(op, job, args, kwargs, seed):
                        f"{type(error).__name__}: {error}"), False
     drew = generator_states() != seeded  # the checker's own draws come from generators of its own
     if report.traps:
-        return Verdict(TRAPS, "TRAP " + "; ".join(report.traps), str(report), tuple(report.traps),
+        return Verdict(TRAPS, "TRAP " + "; ".join(report.traps), _text(report), tuple(report.traps),
                        report.seconds), drew
     if report.undecided:
-        return Verdict(UNDECIDED, "undecided (no trap found, but not every check could decide)", str(report),
+        return Verdict(UNDECIDED, "undecided (no trap found, but not every check could decide)", _text(report),
                        seconds=report.seconds), drew
-    return Verdict(CLEAN, "clean", str(report), seconds=report.seconds), drew
+    return Verdict(CLEAN, "clean", _text(report), seconds=report.seconds), drew
 
 
 def _in_brief(verdict):
@@ -481,8 +487,11 @@ class CheckProcess:
         os.close(handle)
         self.process = context.Process(target=target, args=(child, self.log_path, *args),
                                        name="backward-check worker", daemon=True)
-        # Each kernel launch waits for its kernel, so a CUDA fault surfaces at the call that caused it.
-        with _environment(CUDA_LAUNCH_BLOCKING="1"):
+        # Each kernel launch waits for its kernel, so a CUDA fault surfaces at the call that caused it; without a
+        # GPU, the op's Triton kernels run in the interpreter, which the suite's process need not have switched on.
+        from .backend import DEVICE
+        interpreter = {"TRITON_INTERPRET": "1"} if DEVICE.type == "cpu" else {}
+        with _environment(CUDA_LAUNCH_BLOCKING="1", **interpreter):
             self.process.start()
         child.close()
 
@@ -649,7 +658,7 @@ class Worker(CheckProcess):
                 return self._fault("the worker process died as the check was sent", "the worker process died as "
                                    "the check was sent; the suite went on", 0.0), None
             return self._answer(start)
-        except BaseException:  # interrupted (Ctrl-C, a test's timeout): its answer, if any, must not be read as the next
+        except BaseException:  # interrupted (Ctrl-C, a test's timeout): its answer must not be read as the next
             self._abandon()
             raise
         finally:

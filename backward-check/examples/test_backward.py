@@ -7,7 +7,7 @@ A test file to copy into a library's test suite. It checks one Triton op, a fuse
 non-contiguous, stride-0 and shared grad_outputs, frozen inputs, inputs grown past one block,
 backward run twice. ``.sum().backward()`` tests none of those.
 
-    pip install "./backward-check[test]"  # from a clone of the book's repository: the package, pytest, Triton
+    pip install "./backward-check[test,triton]"  # from a clone of the book's repository: the package, pytest, Triton
     pytest test_backward.py               # on a GPU; without one, in Triton's interpreter on the CPU
 
 In your library, replace the op's section below with an import of your own ops, and give each

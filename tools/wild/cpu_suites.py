@@ -227,7 +227,8 @@ class Ran:
 
 def environment(paths):
     paths = [str(p) for p in paths] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+                COLUMNS="200")  # the plugin's table in its wide layout, as the logs show it
 
 
 def run_command(label, command, cwd, paths, timeout):

@@ -364,7 +364,8 @@ def suite_environment(release, plugin, caches, interpret):
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               TRITON_CACHE_DIR=str(Path(caches) / "triton"), TORCHINDUCTOR_CACHE_DIR=str(Path(caches) / "inductor"))
+               TRITON_CACHE_DIR=str(Path(caches) / "triton"), TORCHINDUCTOR_CACHE_DIR=str(Path(caches) / "inductor"),
+               COLUMNS="200")  # the plugin's table in its wide layout, one row a line, as the logs show it
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     return env
