@@ -61,6 +61,16 @@ CASES = (
          "slots for x (w_idx = 1 + t, not t + W - T: right only when dht is uniform). The forward stayed "
          "exact; test_conv_cache_backward ran T = 128 only (the fix added T = 1 and 2).",
          "setup_fla_conv_short", fp32_inside=True),
+    Case("fla-linear-attn-dk", "fla-core", "0.5.0", "0.5.1",
+         ("https://github.com/fla-org/flash-linear-attention/pull/875",),
+         "a wrong gradient for one input (Chapter 15)", "a wrong formula",
+         "chunk_linear_attn with normalize=True, its default, divides o_t by scale q_t . (k_1 + ... + k_t); "
+         "normalize_with_z_state took that cumulative sum from chunk_global_cumsum, a Triton kernel called from "
+         "plain Python with no backward, so the chain k -> cumsum -> denominator was severed and dk held the "
+         "numerator's part alone (the forward, dq and dv right). Every gradient test in "
+         "tests/ops/test_linear_attn.py passed normalize=False; normalize=True was tested for the forward only. "
+         "The fix wrapped the divide in StatefulNormalizeFunction, with a backward of its own.",
+         "setup_fla_linear_attn", fp32_inside=True),
 )
 
 
@@ -190,6 +200,44 @@ def setup_fla_conv_short():
     # grow=False: the bug needs a sequence shorter than the filter (T = 2 < W = 4), which grown inputs
     # outgrow, and each grown shape compiles the state kernels again (200 s a release on the H200 with them).
     return dict(fn=fn, args=args, kwargs=dict(kwargs, grow=False), reference=conv_state_reference, small=small)
+
+
+def linear_attn_reference(q, k, v, scale=None, normalize=True):
+    """Causal linear attention in torch, O(T^2), as fla's naive_recurrent_linear_attn: o_t = sum over s <= t of
+    (scale q_t . k_s) v_s, divided, with normalize, by scale q_t . (k_1 + ... + k_t) + 1e-10."""
+    import torch
+    scale = k.shape[-1] ** -0.5 if scale is None else scale
+    o = torch.einsum("bhts,bshv->bthv", torch.einsum("bthk,bshk->bhts", q * scale, k).tril(), v)
+    return o / ((q * scale * k.cumsum(1)).sum(-1, keepdim=True) + 1e-10) if normalize else o
+
+
+def linear_attn_op():
+    """fla.ops.linear_attn's chunk_linear_attn, the public op, called as a model calls it (no state in or out), and
+    its output o. It is a function, not a Function: ChunkSimpleGLAFunction for the attention, then the divide by the
+    cumulative keys (plain torch around chunk_global_cumsum in 0.5.0, StatefulNormalizeFunction from 0.5.1 on), so
+    the checker calls it as a function; forward and apply are there for the harness's gradcheck, which binds the
+    arguments as .apply takes them."""
+    chunk_linear_attn = find("fla.ops.linear_attn:chunk_linear_attn")
+
+    def op(q, k, v, scale=None, normalize=True):
+        return chunk_linear_attn(q, k, v, scale=scale, normalize=normalize)[0]
+
+    def forward(ctx, q, k, v, scale=None, normalize=True):
+        return op(q, k, v, scale, normalize)
+    op.__name__ = op.__qualname__ = "chunk_linear_attn"
+    op.forward, op.apply = forward, op
+    return op
+
+
+def setup_fla_linear_attn():
+    # q and k positive, as normalize=True is meant for (a feature map's output; the fix's test draws |randn| + 0.01):
+    # the denominator stays away from 0. T = 112 spans two of the kernels' 64-step chunks, the second ragged;
+    # 2 * 112 * 1 * 16 = 3584 elements an input, past the checker's grown size, so it checks them as given.
+    fn = linear_attn_op()
+    args = (randn(2, 112, 1, 16, seed=1).abs() + 0.1, randn(2, 112, 1, 16, seed=2).abs() + 0.1,
+            randn(2, 112, 1, 16, seed=3))
+    small = (randn(1, 5, 1, 4, seed=4).abs() + 0.1, randn(1, 5, 1, 4, seed=5).abs() + 0.1, randn(1, 5, 1, 4, seed=6))
+    return dict(fn=fn, args=args, kwargs={}, reference=linear_attn_reference, small=small)
 
 
 # ---------------------------------------------------------------------------
