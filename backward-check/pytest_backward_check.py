@@ -14,6 +14,7 @@ prints one table (backward_check/xdist.py). Off unless asked:
     pytest --backward-check --backward-check-budget=all                     # every signature, however long
     pytest --backward-check=fail --backward-check-accepted=accepted.json   # traps known and kept, by op
     pytest --backward-check --backward-check-accepted=accepted.json --backward-check-accept   # write it
+    pytest --backward-check --backward-check-repro=repro   # a script that shows each trap again
 
 Installed with the package (a pytest11 entry point); in a checkout, with backward-check/ on PYTHONPATH:
 `pytest -p pytest_backward_check`. pytest imports this module in every run where the package is installed, so it
@@ -68,6 +69,10 @@ def pytest_addoption(parser):
                     metavar="OP=TRAP", help="write only this op's trap (or, written OP alone, its every trap) into "
                                             "the --backward-check-accepted file, where this run found it; may be "
                                             "given again; turns --backward-check on")
+    group.addoption("--backward-check-repro", dest="backward_check_repro", default=None, metavar="DIR",
+                    help="for each call with a trap, write into DIR a script that checks it again from its saved "
+                         "arguments (python DIR/OP-N.py, from the folder the suite runs in), and name it in the "
+                         "table")
     group.addoption("--backward-check-timeout", dest="backward_check_timeout", type=float, default=600.0,
                     metavar="SECONDS", help="seconds one op's check may take before it counts as hung (default: 600)")
     group.addoption("--backward-check-compile", dest="backward_check_compile", nargs="?", const="default",
@@ -102,6 +107,7 @@ class Options:
     accepting: bool       # write the accepted file from this run's findings
     accept_only: tuple    # [(op, trap or None)]: only these (empty: every trap found)
     compile: str = None   # --backward-check-compile's backend ("default": inductor or aot_eager); None: off
+    repro: Path = None    # --backward-check-repro's folder; None: no repros
 
 
 def options_of(config):
@@ -143,8 +149,10 @@ def options_of(config):
         path = Path(config.invocation_params.dir) / path
     if path is not None:
         after_a_space(config, path)
+    repro = option.backward_check_repro
+    repro = None if repro is None else Path(config.invocation_params.dir) / repro
     return Options(mode, budget, option.backward_check_limit, memory, option.backward_check_timeout, path,
-                   accepting, tuple(option.backward_check_accept_only), option.backward_check_compile)
+                   accepting, tuple(option.backward_check_accept_only), option.backward_check_compile, repro)
 
 
 def after_a_space(config, path):
@@ -408,8 +416,21 @@ class BackwardCheckSession(Reporting):
         self.selection.checked_here(call, seconds)
         accepted = tuple(t for t in verdict.traps if t in self.accepted.get(call.name, {}))
         checked = Checked(call.name, call.described, call.test, verdict, accepted, when, self.worker_id, call.key)
+        if self.options.repro is not None and checked.failing:
+            self.write_repro(call, job, checked)
         self.findings.checked.append(checked)
         return checked
+
+    def write_repro(self, call, job, checked):
+        """The call's repro (--backward-check-repro), named in the row's note; never the test's failure."""
+        from backward_check.calling import clip
+        from backward_check.repro import write_repro
+        try:
+            script, why = write_repro(self.options.repro, call, job, checked.failing, call.test)
+        except Exception as error:  # noqa: BLE001  (a folder it cannot write: a line in the table)
+            script, why = None, f"no repro: it could not be written ({type(error).__name__}: {clip(error, 120)})"
+        line = f"repro: python {script}" if script is not None else why
+        checked.verdict.note = f"{checked.verdict.note}; {line}" if checked.verdict.note else line
 
     # -- the session's end --------------------------------------------------------------------------
 

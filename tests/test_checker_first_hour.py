@@ -296,3 +296,36 @@ def test_at_the_end_each_ops_next_signature_goes_across_ops():
     schedule.budget.spent = 0.0
     schedule.run()
     assert schedule.picked[:4] == ["a x", "b x", "a y", "b y"], schedule.picked
+
+
+# -- a repro for each trap --------------------------------------------------------------------------------
+
+REPRO_SUITE = '''
+import torch
+
+from first_hour_ops import DropoutIgnoresGradOutput
+
+
+def test_dropout_with_a_bug():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 30, requires_grad=True)
+    DropoutIgnoresGradOutput.apply(x, 0.25, g).sum().backward()
+'''
+
+
+def test_a_trap_gets_a_repro_that_shows_it_again(tmp_path):
+    """--backward-check-repro=DIR: the row names a script that loads the call's saved arguments (a generator
+    among them) and checks the op again, from the folder the suite runs in: the same trap, exit status 1."""
+    import subprocess
+    (tmp_path / "first_hour_ops.py").write_text(GENERATOR_OPS)
+    (tmp_path / "test_repro.py").write_text(REPRO_SUITE)
+    code, output = run_pytest(tmp_path, "--backward-check", "--backward-check-repro=repro", "test_repro.py")
+    assert code == 0, output
+    lines = row(output, "first_hour_ops.DropoutIgnoresGradOutput", whole=True)
+    assert lines[0].rstrip().endswith("TRAP ignores grad_output"), lines
+    script = tmp_path / "repro" / "first_hour_ops.DropoutIgnoresGradOutput-1.py"
+    assert f"repro: python {script}" in " ".join(lines), lines
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE), str(tmp_path)])})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "TRAP  ignores grad_output" in done.stdout, done.stdout + done.stderr

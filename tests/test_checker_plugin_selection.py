@@ -213,8 +213,8 @@ def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
 
 def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
     """The first check of an op compiles what the checker's calls need (seconds), the later ones find it compiled:
-    after a first check of 7 s and a second of 2 s, with 8 s of budget left, of which a value checked after its test
-    leaves 4 s (a fifth of the budget) to ops called later, a third fits (2 s expected, not 4.5)."""
+    after a first check of 7 s and a second of 2 s, with 14 s of budget left, of which a value checked after its test
+    leaves 10 s (half the budget) to ops called later, a third fits in the other 4 (2 s expected, not 4.5)."""
     import torch
     from backward_check.selection import Budget, Selection
     budget = Budget(factor=1.0, floor=20.0, clock=lambda: 0.0)
@@ -226,7 +226,7 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
         assert selection.next_call(f"t{i}") is call
         selection.checked_here(call, seconds)
         assert selection.expected_seconds("loss") == (7.0 if i == 0 else 2.0)
-    budget.spent = 12.0  # a value after its test leaves a fifth of the budget to ops called later: 12 + 2 <= 16
+    budget.spent = 6.0  # a value after its test leaves half the budget to ops called later: 6 + 2 <= 10
     none = loss_call("loss", torch.float32, "none", "t2")
     selection.offer(none, lambda: ((), {}))
     assert selection.next_call("t2") is none

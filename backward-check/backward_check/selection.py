@@ -9,8 +9,8 @@ its arguments, and is ranked by what its check could reveal that the op's checks
     4  a combination of what was checked
 
 After each test, its calls of tiers 0 and 1 are checked, best first, while the time budget lasts (so that =fail
-fails the test that made the call), a call of tier 1 only while a reserve of the budget is left for the ops the
-suite has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
+fails the test that made the call), a call of tier 1 only while half the budget is left for the ops the suite
+has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
 while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
 call's tier is taken again before each pick, against what has been checked by then, so the second call that
 brings 'none' goes after every other call that brings something new. Checking the lower tiers at the end, not
@@ -54,7 +54,9 @@ BUDGET_FLOOR_SECONDS = 60.0
 MEMORY_MIB = 2048  # the copies waiting for their check, at most (divided among pytest-xdist's workers)
 # The share of the budget a check after its test leaves for ops first called later, unless it is an op's first
 # call: an early file's many new values would otherwise spend the budget before the last file's ops are called.
-RESERVE_FOR_FIRST_CALLS = 0.2
+# Half: a check that starts runs to its end, and a later op's first check takes longer than its later ones; the
+# values left waiting are checked at the session's end, ranked across ops, with what the first calls left.
+RESERVE_FOR_FIRST_CALLS = 0.5
 
 
 def features(signature):
