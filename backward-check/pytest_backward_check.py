@@ -210,7 +210,7 @@ def pytest_configure(config):
         return
     package = import_the_package()
     if options.compile:
-        from backward_check.compiled import backend_for, backend_from_text
+        from backward_check.compile_backend import backend_for, backend_from_text
         try:
             backend_for(backend_from_text(options.compile), package.DEVICE)
         except package.UsageError as error:
@@ -253,7 +253,7 @@ class Reporting:
 
     def rewrite_accepted(self):
         from backward_check.accepted import dumped, rewritten, without_reason
-        from backward_check.worker import NOT_CHECKED, UNSTABLE
+        from backward_check.verdicts import NOT_CHECKED, UNSTABLE
         decided = [c for c in self.findings.checked if c.verdict.status not in (NOT_CHECKED, UNSTABLE)]
         found = {}
         for c in decided:
@@ -399,7 +399,8 @@ class BackwardCheckSession(Reporting):
         """One call checked where it is safe to (the Checked entry), or None where another worker claimed it."""
         from backward_check.calling import clip
         from backward_check.findings import Checked
-        from backward_check.worker import NOT_CHECKED, Verdict, check_protected, job_of
+        from backward_check.verdicts import NOT_CHECKED, Verdict
+        from backward_check.worker import check_protected, job_of
         if self.claims is not None and not self.claims.claim(call):
             self.selection.checked_elsewhere(call)
             return None
@@ -518,7 +519,7 @@ def accept_hint(pairs, options):
 
 
 def failure_message(checked, options):
-    from backward_check.worker import FAULT
+    from backward_check.verdicts import FAULT
     if checked.verdict.status == FAULT:
         found = f"faulted under the checker ({checked.verdict.summary.removeprefix('FAULT ')})"
     else:

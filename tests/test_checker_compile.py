@@ -25,7 +25,7 @@ from checker_zoo_planted import PLANTED
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_checker import check_backward  # noqa: E402
-from backward_check import compiled  # noqa: E402
+from backward_check import DEVICE, compiled  # noqa: E402
 from backward_check.calling import UsageError  # noqa: E402
 from backward_check.report import COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU  # noqa: E402
 
@@ -89,18 +89,18 @@ def test_the_checked_triton_op_is_the_one_registered_in_this_process():
     assert op._opoverload is torch.ops.chapter17.gelu.default
 
 
-@pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+@pytest.mark.skipif(not compiled.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
 def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
     """Inductor keeps bfloat16 in float32 between ops, so where eager's rounding cancels, the compiled answer differs
     from eager's by far more than bfloat16's tolerance, and by less than eight times eager's own rounding (measured on
     float64 copies): no finding (the eager checks may have their own opinion of so imprecise an op)."""
-    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).to(compiled.DEVICE, torch.bfloat16)
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3)).to(DEVICE, torch.bfloat16)
     for op in (CancelsInBfloat16, CancelsRefusingFloat64):  # float64 copies, or float32 ones where it refuses those
         report = check_backward(op, x, compile="inductor", grow=False)
         assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
 
 
-@pytest.mark.skipif(not compiled.inductor_can_run_on(compiled.DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+@pytest.mark.skipif(not compiled.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
 def test_a_dropout_draws_the_same_mask_compiled():
     """Inductor draws random numbers its own way unless told to draw them as eager does (fallback_random): a
     dropout, seeded alike for both calls, would otherwise be two different masks, and a finding."""
@@ -130,7 +130,7 @@ def test_a_backend_that_changes_a_custom_ops_backward_is_named():
 # -- the public issues, by torch version ---------------------------------------------------------------------------------
 
 def public_backends():
-    return ["aot_eager"] + (["inductor"] if compiled.inductor_can_run_on(compiled.DEVICE) else [])
+    return ["aot_eager"] + (["inductor"] if compiled.inductor_can_run_on(DEVICE) else [])
 
 
 @pytest.mark.parametrize("backend", public_backends())
@@ -224,7 +224,7 @@ def sin_then_break(x):
 
 
 def test_a_refusal_under_fullgraph_is_a_note_that_says_where():
-    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(5)).to(compiled.DEVICE)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(5)).to(DEVICE)
     report = check_backward(PrintsInForward, x, reference=torch.sin, compile=BACKEND, grow=False)
     assert report.clean, str(report)
     notes = report.noted(GRAPH_BREAK)
@@ -232,7 +232,7 @@ def test_a_refusal_under_fullgraph_is_a_note_that_says_where():
 
 
 def test_a_graph_break_outside_the_op_still_compares_what_compiled():
-    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(6)).to(compiled.DEVICE)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(6)).to(DEVICE)
     report = check_backward(sin_then_break, x, reference=lambda x: torch.sin(x) * 2.0 + 1.0, compile=BACKEND,
                             grow=False)
     assert report.clean and UNDER_COMPILE in report.passed, str(report)
@@ -240,7 +240,7 @@ def test_a_graph_break_outside_the_op_still_compares_what_compiled():
 
 
 def test_a_wrong_backend_is_named_past_a_graph_break():
-    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(7)).to(compiled.DEVICE)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     report = check_backward(sin_then_break, x, reference=lambda x: torch.sin(x) * 2.0 + 1.0, compile=WRONG_BACKEND,
                             grow=False)
     assert report.traps == [COMPILED], str(report)
@@ -327,7 +327,7 @@ def scaled_by_its_calls(x):
 def test_an_op_that_disagrees_with_itself_gets_no_compile_verdict():
     """Compiled and eager calls of an op whose calls disagree with each other decide nothing: a ?? line, never ok
     (eager's own drift between its call in the op's dtype and its float64 one would otherwise pass as rounding)."""
-    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(8)).to(compiled.DEVICE)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(8)).to(DEVICE)
     report = check_backward(scaled_by_its_calls, x, compile=BACKEND, grow=False)
     assert UNDER_COMPILE not in report.passed, str(report)
     assert any(line.startswith(UNDER_COMPILE) for line in report.inconclusive), str(report)

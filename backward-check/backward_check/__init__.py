@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .backend import BACKEND, DEVICE  # first: picks the backend before triton is imported
-from . import compiled, runner
+from . import runner
+from .compile_backend import backend_for
 from .calling import Op, Sample, UsageError
 from .report import ALL_TRAPS, TRAPS, Finding, Note, Passed, Report, Trap, Undecided
 
@@ -62,7 +63,7 @@ def check_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., 
                          f"{'is' if len(op.kept) == 1 else 'are'} read by a function argument, which a reference "
                          f"given the checker's copies could not read: leave reference out (finite differences step "
                          f"those very tensors)")
-    backend = compiled.backend_for(compile, DEVICE)
+    backend = backend_for(compile, DEVICE)
     report = Report(name or op.name)
     with warnings.catch_warnings():
         # A kernel fed a layout it misreads computes on whatever memory it reads; the interpreter's NumPy

@@ -15,7 +15,7 @@ import collections
 import dataclasses
 
 from .selection import BUDGET, ELSEWHERE, LIMIT, MEMORY, TIER_WORDS
-from .worker import FAULT, TRAPS, UNDECIDED, UNSTABLE, Verdict
+from .verdicts import FAULT, TRAPS, UNDECIDED, UNSTABLE, Verdict
 
 AFTER_ITS_TEST, AT_THE_END = "after its test", "at the session's end"
 ARGUMENTS_WIDTH, TEST_WIDTH = 50, 46

@@ -38,20 +38,8 @@ from .calling import clip
 from .context import FAULT_WORDS
 from .recording import CustomOpDef, importable_reference, resolve, restore_arguments, tensors_in
 
-CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
-    "unstable"
-CRASHES = "crashes"  # the trap a fault counts as, for the accepted file
-
-
-@dataclasses.dataclass
-class Verdict:
-    """What checking one recorded call found, in words the table prints."""
-    status: str               # CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT or UNSTABLE
-    summary: str              # one line: the verdict as the table shows it
-    report: str = ""          # the checker's report, or the account of the fault
-    traps: tuple = ()         # trap names (a fault counts as "crashes")
-    seconds: float = 0.0
-    note: str = ""            # how it was checked, where that is worth saying
+# The verdict model is torch-free, in a module of its own (the table stands on it); here, where verdicts are made.
+from .verdicts import CLEAN, CRASHES, FAULT, NOT_CHECKED, TRAPS, UNDECIDED, UNSTABLE, Verdict
 
 
 @dataclasses.dataclass
@@ -119,7 +107,7 @@ def check_once(op, job, args, kwargs, seed):
     """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
     checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
     from . import Sample, UsageError, check_backward
-    from .compiled import backend_from_environment, backend_from_text
+    from .compile_backend import backend_from_environment, backend_from_text
     seed_everything(seed)
     seeded = generator_states()
     # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
