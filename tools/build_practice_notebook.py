@@ -94,8 +94,9 @@ from backward_check import check_backward  # noqa: E402
 """
 
 
-# The pytest plugin's own modules: a library's test suite runs them, a notebook never does.
-PLUGIN_MODULES = ("recording", "worker", "selection", "findings", "accepted", "xdist")
+# The pytest plugin's own modules, and the command line: a library's test suite or a terminal runs them, a
+# notebook never does.
+PLUGIN_MODULES = ("recording", "worker", "selection", "findings", "accepted", "xdist", "verdicts", "repro", "cli")
 
 
 def package_order(package):
