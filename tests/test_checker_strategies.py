@@ -89,6 +89,17 @@ def test_a_size_pinned_by_an_integer_or_a_no_grad_argument_never_grows():
     assert big.shape[0] == 3 and kept is permutation
 
 
+def test_a_dimension_as_long_as_a_list_of_sizes_never_grows():
+    """A grid of coordinates, (batch, points, D), beside the output's shape, a list of D sizes (as a spline library
+    pushes values onto a grid): D counts the list's entries, so it stays (grown to 21 it made the op visit 2^21
+    corners a point, and the check hung); the points grow. A list of one entry pins nothing."""
+    grid = seeded_randn(3, 7, 2, seed=5)
+    (big, shape), why = grown([grid, [5, 6]], ["grid", "shape"], [0])
+    assert big.shape[2] == 2 and big.shape[1] > 7 and shape == [5, 6] and why == ""
+    plans, _ = strategies.growth_plans([grid, [5]], slots(("grid", grid), ("shape", [5])), [0])
+    assert any(strategies.grow([grid, [5]], plan)[0].shape[2] > 2 for plan in plans)
+
+
 def test_nothing_to_grow_says_why():
     x = seeded_randn(3, 5, seed=2)
     plans, why = strategies.growth_plans([x, 3, 5], slots(("x", x), ("rows", 3), ("cols", 5)), [0])

@@ -12,6 +12,8 @@
   is the exact solution's: finite differences are stepped wider for the forward's own noise, measured from the op.
 - Round numbers that are no index (a covariance factor of tenths) are differenced like any other values: see
   test_checker_contracts.py, test_round_values_that_are_not_integers_are_differenced.
+- Round four (a solver library's suite): a forward that takes from its options dict gets the dict as its caller
+  made it, afresh for each call; the tensors a callable object holds are the ones it reads, passed themselves.
 """
 import inspect
 import sys
@@ -424,3 +426,84 @@ def test_tensors_a_function_reads_stay_where_the_caller_put_them():
     assert op.values[1] is x
     plain = Op(small_net().__class__.forward, (f, x), {}, device=torch.device("meta"))
     assert plain.values[1].device.type == "meta", "a function that reads none of the tensors: moved as ever"
+
+
+# -- Round four: a forward that takes from its options dict, and tensors a callable object reads -------------------
+
+class PopsItsOptions(torch.autograd.Function):
+    """Takes its method out of the options dict it is passed (as a solver library's Functions do with
+    config.pop("method")): each caller builds the dict afresh, and autograd runs the forward once."""
+
+    @staticmethod
+    def forward(ctx, x, options):
+        ctx.scale = 2.0 if options.pop("method") == "double" else 1.0
+        return x * ctx.scale
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * ctx.scale, None
+
+
+class PopsItsOptionsWrongly(PopsItsOptions):
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * 3.0, None
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_a_forward_that_takes_from_its_options_dict_gets_the_dict_as_its_caller_made_it(seed):
+    """Each call the checker makes gets the dict as recorded, not the one an earlier call emptied: clean (it was
+    "crashes: KeyError: 'method'" on every check that calls the op twice), and the planted bug named."""
+    x = seeded_randn(4, 5, seed=seed)
+    report = check_backward(PopsItsOptions, x, {"method": "double"})
+    assert report.clean, report
+    assert check_backward(PopsItsOptionsWrongly, x, {"method": "double"}).traps == ["a wrong formula"]
+
+
+class Wrapped:
+    """A callable object holding the tensor it reads (as a library wraps a user's function with its parameters)."""
+
+    def __init__(self, weight):
+        self.weight = weight
+
+    def __call__(self, x):
+        return (x * self.weight).sin()
+
+
+class ThroughTheWrapper(torch.autograd.Function):
+    """Takes a callable and the tensors it reads, and differentiates the callable's output with respect to those
+    very tensors in its backward (as a Monte Carlo quadrature over a user's function does)."""
+
+    @staticmethod
+    def forward(ctx, fcn, x, *params):
+        ctx.fcn = fcn
+        ctx.save_for_backward(x, *params)
+        with torch.no_grad():
+            return fcn(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, *params = ctx.saved_tensors
+        with torch.enable_grad():
+            free = x.detach().requires_grad_()
+            grads = torch.autograd.grad(ctx.fcn(free), (free, *params), grad_output)
+        return (None, *grads)
+
+
+class ThroughTheWrapperWrongly(ThroughTheWrapper):
+    @staticmethod
+    def backward(ctx, grad_output):
+        _, dx, *rest = ThroughTheWrapper.backward(ctx, grad_output)
+        return (None, dx * 1.5, *rest)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_tensors_a_callable_object_reads_are_passed_themselves(seed):
+    """The weight the wrapper object holds reaches the op as itself (its values varied in place), so the backward's
+    autograd.grad with respect to it works: clean (it was "crashes: ... appears to not have been used in the
+    graph": the checker passed a copy the wrapper never reads), and the planted bug named."""
+    x = seeded_randn(4, 5, seed=seed)
+    weight = seeded_randn(4, 5, seed=seed + 1).requires_grad_()
+    report = check_backward(ThroughTheWrapper, Wrapped(weight), x, weight)
+    assert report.clean, report
+    assert check_backward(ThroughTheWrapperWrongly, Wrapped(weight), x, weight).traps == ["a wrong formula"]

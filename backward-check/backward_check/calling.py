@@ -5,9 +5,11 @@ get gradients; everything else passes through unchanged. Every call works on fre
 an op that writes into its inputs (on purpose, with ctx.mark_dirty, or not) never touches the
 caller's tensors, and each copy can be compared with what was passed afterwards.
 """
+import copy
 import dataclasses
 import functools
 import inspect
+import types
 
 import torch
 
@@ -87,7 +89,8 @@ def differentiable(value):
 def read_by(value, depth=0):
     """The tensors a callable argument reads, where it can be told: a module's parameters and buffers; what a
     function's closure cells hold (a tensor, a module, a function, or a list, tuple or dict of them), a bound
-    method's object, a functools.partial's function and arguments; nothing for anything else."""
+    method's object, a functools.partial's function and arguments, a callable object's attributes (and those of an
+    object any of these holds); nothing for anything else."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, torch.nn.Module):
@@ -100,7 +103,7 @@ def read_by(value, depth=0):
         return [t for v in value.values() for t in read_by(v, depth + 1)]
     if isinstance(value, functools.partial):
         return [t for v in (value.func, *value.args, *value.keywords.values()) for t in read_by(v, depth + 1)]
-    if not callable(value) or isinstance(value, type):
+    if isinstance(value, (type, types.ModuleType)) or not (callable(value) or depth > 0):
         return []
     held = [getattr(value, "__self__", None)]
     for cell in getattr(value, "__closure__", None) or ():
@@ -108,7 +111,31 @@ def read_by(value, depth=0):
             held.append(cell.cell_contents)
         except ValueError:  # a cell not yet filled
             continue
+    # An object's own attributes: a callable object's (a wrapper holding a model, its __call__ reading it), or those
+    # of an object a callable holds (a bound method's, a closure's).
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict) and not isinstance(value, (types.FunctionType, types.MethodType)):
+        held += list(attributes.values())
     return [t for v in held if v is not None and v is not value for t in read_by(v, depth + 1)]
+
+
+def as_made(value):
+    """A dict, list or set argument as the caller made it, afresh for each call the checker makes: a forward may
+    take from it (options.pop("method")), which no caller's own call ever sees twice (each builds its own, and
+    autograd runs a forward once). Only containers of plain values (numbers, strings, None, and containers of
+    them) are copied: tensors, modules and objects pass as they are."""
+    if isinstance(value, (dict, list, set)) and _plain(value):
+        return copy.deepcopy(value)
+    return value
+
+
+def _plain(value, depth=0):
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return True
+    if depth > 4 or not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return False
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    return all(_plain(item, depth + 1) for item in items)
 
 
 @dataclasses.dataclass
@@ -278,6 +305,7 @@ class Op:
                 for i, held in before.items():
                     with torch.no_grad():
                         self.kept[i].copy_(held)
+        values = [as_made(v) for v in values]
         if fn is None:
             args, kwargs = self.arguments(values)
             return (self.fn.apply if self.function else self.fn)(*args, **kwargs)

@@ -244,6 +244,11 @@ def protected_sizes(values, slots, grown_inputs):
         for n in numbers:
             if isinstance(n, int) and not isinstance(n, bool):
                 protected.setdefault(n, f"`{slot.name}` = {v} matches it, so it may have to grow with it")
+        # A list of sizes (an output's shape, a kernel's) has one entry a dimension: its length may be the size of
+        # an input's dimension that counts them (a grid's last, of coordinates), which no other length may take.
+        if isinstance(v, (tuple, list)) and len(v) > 1 and all(isinstance(n, int) and not isinstance(n, bool)
+                                                               for n in v):
+            protected.setdefault(len(v), f"`{slot.name}` = {list(v)} has as many entries, one a dimension")
     return protected
 
 
