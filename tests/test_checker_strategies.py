@@ -100,6 +100,13 @@ def test_a_dimension_as_long_as_a_list_of_sizes_never_grows():
     assert any(strategies.grow([grid, [5]], plan)[0].shape[2] > 2 for plan in plans)
 
 
+def test_no_input_to_grow_says_so():
+    """Every input one a function argument reads (kept as it is): no plan, and why, never a raise."""
+    x = seeded_randn(3, 5, seed=2)
+    plans, why = strategies.growth_plans([x], slots(("x", x)), [])
+    assert not plans and why == "no input may change its shape"
+
+
 def test_nothing_to_grow_says_why():
     x = seeded_randn(3, 5, seed=2)
     plans, why = strategies.growth_plans([x, 3, 5], slots(("x", x), ("rows", 3), ("cols", 5)), [0])

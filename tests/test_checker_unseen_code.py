@@ -507,3 +507,22 @@ def test_tensors_a_callable_object_reads_are_passed_themselves(seed):
     report = check_backward(ThroughTheWrapper, Wrapped(weight), x, weight)
     assert report.clean, report
     assert check_backward(ThroughTheWrapperWrongly, Wrapped(weight), x, weight).traps == ["a wrong formula"]
+
+
+class WrappedWithItsInput(Wrapped):
+    """Holds its input too: every tensor the op takes is one the callable reads (xitorch's rootfinder, whose
+    wrapped function holds all its parameters)."""
+
+    def __init__(self, weight, x):
+        super().__init__(weight)
+        self.x = x
+
+
+def test_an_op_whose_every_input_a_callable_reads_is_checked_ungrown():
+    """No input may change its shape, so nothing is grown, and the report says so: it was "the checker failed
+    (ValueError: max() arg is an empty sequence)" on 11 of xitorch's 13 signatures."""
+    x = seeded_randn(4, 5, seed=3)
+    weight = seeded_randn(4, 5, seed=4).requires_grad_()
+    report = check_backward(ThroughTheWrapper, WrappedWithItsInput(weight, x), x, weight)
+    assert report.clean, report
+    assert any("no input may change its shape" in note for note in report.notes), report

@@ -260,6 +260,8 @@ def growth_plans(values, slots, grown_inputs):
     second keeps equal sizes equal, everywhere (a matrix product's inner dimensions). A symmetric input
     stays square in both."""
     tensors = {i: values[i] for i in grown_inputs}
+    if not tensors:  # every input is one a function argument reads (its shape is the function's), or none grows
+        return [], "no input may change its shape"
     largest = max(tensors.values(), key=lambda t: t.numel())
     if largest.numel() >= GROWN_NUMEL:
         return [], f"the inputs already span {largest.numel()} elements"
