@@ -7,9 +7,9 @@
   that says to write `=` (pytest would take the path for a path to test while choosing its rootdir);
 - an accepted trap is one short row, with no report after the table;
 - the table fits the terminal, its test ids broken only where an id breaks;
-- an op the budget never reached is named in the summary line;
-- the schedule: every op's first call before another op's new values, a reserve for ops first called late, and
-  each op's next signature taken across ops.
+- an op the budget never reached is named in the summary line (the schedule that reaches it is
+  test_checker_plugin_selection.py's);
+- a repro script for each trap.
 """
 import os
 import sys
@@ -247,55 +247,6 @@ def test_an_op_another_worker_checked_is_not_named_never_checked():
     findings.leave_out("mylib.Dropped", "k", "memory", 0)
     assert never_checked_line(findings) == ["1 op never checked: mylib.Dropped; a larger --backward-check-memory "
                                             "keeps their copies"]
-
-
-class Schedule:
-    """A selection over a budget of `allowed` seconds, each check taking a second, the suite's time held still."""
-
-    def __init__(self, allowed):
-        from backward_check.selection import Budget, Selection
-        self.budget = Budget(factor=1.0, floor=allowed, clock=lambda: 0.0)
-        self.selection = Selection(self.budget, 10 ** 9)
-        self.picked = []
-
-    def call(self, op, value, test):
-        from backward_check.recording import RecordedCall, signature_of
-        x = torch.zeros(3, 4, requires_grad=True)
-        signature, described = signature_of((x, value), {}, {})
-        call = RecordedCall(None, op, signature, f"{op} {value}", (), test, nbytes=100)
-        self.selection.offer(call, lambda: ((), {}))
-
-    def run(self, test=None):
-        while (call := self.selection.next_call(test)) is not None:
-            self.selection.checked_here(call, 1.0)
-            self.budget.spent += 1.0
-            self.picked.append(call.described)
-
-
-def test_an_early_files_new_values_leave_a_reserve_for_an_op_first_called_late():
-    """Ten tests of one op, each with a new value, then an op first called in the last test: with a budget of ten
-    checks, the late op's first call is checked (before, the early values spent the budget)."""
-    schedule = Schedule(10)
-    for i in range(10):
-        schedule.call("early", f"mode{i}", f"test_early[{i}]")
-        schedule.run(f"test_early[{i}]")
-    schedule.call("late", "only", "test_late")
-    schedule.run("test_late")
-    schedule.run()
-    assert "late only" in schedule.picked, schedule.picked
-    assert len(schedule.picked) == 10
-
-
-def test_at_the_end_each_ops_next_signature_goes_across_ops():
-    """At the session's end: first calls first, then each op's next call, the op checked least first, so op b's
-    second signature goes before op a's third."""
-    schedule = Schedule(5)
-    for op in ("a", "b"):
-        for value in ("x", "y", "z"):
-            schedule.call(op, value, "test_only_at_the_end")
-    schedule.budget.spent = 0.0
-    schedule.run()
-    assert schedule.picked[:4] == ["a x", "b x", "a y", "b y"], schedule.picked
 
 
 # -- a repro for each trap --------------------------------------------------------------------------------

@@ -195,6 +195,39 @@ def test_a_budget_of_a_few_checks_takes_every_value_first(allowed):
     assert len(checks.selection.left_out["loss"]) == 6 - allowed
 
 
+def mode_call(op, value, test):
+    """A call of op on a 3 x 4 tensor and one mode argument, as the recorder makes it."""
+    import torch
+    from backward_check.recording import RecordedCall, signature_of
+    signature, described = signature_of((torch.zeros(3, 4, requires_grad=True), value), {}, {})
+    return RecordedCall(None, op, signature, f"{op} {value}", (), test, nbytes=100)
+
+
+def test_an_early_files_new_values_leave_a_reserve_for_an_op_first_called_late():
+    """Ten tests of one op, each with a new value, then an op first called in the last test: with a budget of ten
+    checks, the late op's first call is checked (before, the early values spent the budget)."""
+    checks = Checks(10)
+    for i in range(10):
+        checks.offer(mode_call("early", f"mode{i}", f"test_early[{i}]"))
+        checks.run(f"test_early[{i}]")
+    checks.offer(mode_call("late", "only", "test_late"))
+    checks.run("test_late")
+    checks.run()
+    assert "late only" in checks.picked, checks.picked
+    assert len(checks.picked) == 10
+
+
+def test_at_the_end_each_ops_next_signature_goes_across_ops():
+    """At the session's end: first calls first, then each op's next call, the op checked least first, so op b's
+    second signature goes before op a's third."""
+    checks = Checks(5)
+    for op in ("a", "b"):
+        for value in ("x", "y", "z"):
+            checks.offer(mode_call(op, value, "test_only_at_the_end"))
+    checks.run()
+    assert checks.picked[:4] == ["a x", "b x", "a y", "b y"], checks.picked
+
+
 def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
     """The suite's own time is its wall clock since the plugin started (collection, imports and compiling count:
     a GPU suite spends most of its time there), less the plugin's own seconds; the budget is factor times that, and
