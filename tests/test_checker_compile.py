@@ -25,7 +25,7 @@ from checker_zoo_planted import PLANTED
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_checker import check_backward  # noqa: E402
-from backward_check import DEVICE, compiled  # noqa: E402
+from backward_check import DEVICE, compile_backend, compiled  # noqa: E402
 from backward_check.calling import UsageError  # noqa: E402
 from backward_check.report import COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU  # noqa: E402
 
@@ -89,7 +89,7 @@ def test_the_checked_triton_op_is_the_one_registered_in_this_process():
     assert op._opoverload is torch.ops.chapter17.gelu.default
 
 
-@pytest.mark.skipif(not compiled.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+@pytest.mark.skipif(not compile_backend.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
 def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
     """Inductor keeps bfloat16 in float32 between ops, so where eager's rounding cancels, the compiled answer differs
     from eager's by far more than bfloat16's tolerance, and by less than eight times eager's own rounding (measured on
@@ -100,7 +100,7 @@ def test_compiled_code_nearer_exact_than_eager_is_not_wrong():
         assert COMPILED not in report.traps and UNDER_COMPILE in report.passed, str(report)
 
 
-@pytest.mark.skipif(not compiled.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
+@pytest.mark.skipif(not compile_backend.inductor_can_run_on(DEVICE), reason="needs Inductor: a C++ compiler or Triton")
 def test_a_dropout_draws_the_same_mask_compiled():
     """Inductor draws random numbers its own way unless told to draw them as eager does (fallback_random): a
     dropout, seeded alike for both calls, would otherwise be two different masks, and a finding."""
@@ -130,7 +130,7 @@ def test_a_backend_that_changes_a_custom_ops_backward_is_named():
 # -- the public issues, by torch version ---------------------------------------------------------------------------------
 
 def public_backends():
-    return ["aot_eager"] + (["inductor"] if compiled.inductor_can_run_on(DEVICE) else [])
+    return ["aot_eager"] + (["inductor"] if compile_backend.inductor_can_run_on(DEVICE) else [])
 
 
 @pytest.mark.parametrize("backend", public_backends())
@@ -252,11 +252,11 @@ def test_the_default_backend_is_inductor_only_where_a_compiler_exists(monkeypatc
     cpu = torch.device("cpu")
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
-    assert compiled.backend_for(True, cpu) == "aot_eager"
+    assert compile_backend.backend_for(True, cpu) == "aot_eager"
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}" if name == "g++" else None)
-    assert compiled.backend_for(True, cpu) == "inductor"
-    assert compiled.backend_for(False, cpu) is None and compiled.backend_for(None, cpu) is None
-    assert compiled.backend_for("aot_eager", cpu) == "aot_eager"
+    assert compile_backend.backend_for(True, cpu) == "inductor"
+    assert compile_backend.backend_for(False, cpu) is None and compile_backend.backend_for(None, cpu) is None
+    assert compile_backend.backend_for("aot_eager", cpu) == "aot_eager"
 
 
 @pytest.mark.parametrize("bad, words", [("inductr", "names no backend"), (3, "takes True, False")])
@@ -276,12 +276,12 @@ def test_the_compile_check_leaves_dynamo_as_it_found_it():
 
 def test_the_environment_turns_the_compile_check_on(monkeypatch):
     """What the pytest plugin's --backward-check-compile sets for its worker."""
-    monkeypatch.delenv(compiled.ENVIRONMENT, raising=False)
-    assert compiled.backend_from_environment() is False
-    monkeypatch.setenv(compiled.ENVIRONMENT, "default")
-    assert compiled.backend_from_environment() is True
-    monkeypatch.setenv(compiled.ENVIRONMENT, "aot_eager")
-    assert compiled.backend_from_environment() == "aot_eager"
+    monkeypatch.delenv(compile_backend.ENVIRONMENT, raising=False)
+    assert compile_backend.backend_from_environment() is False
+    monkeypatch.setenv(compile_backend.ENVIRONMENT, "default")
+    assert compile_backend.backend_from_environment() is True
+    monkeypatch.setenv(compile_backend.ENVIRONMENT, "aot_eager")
+    assert compile_backend.backend_from_environment() == "aot_eager"
 
 
 def test_in_place_ops_are_read_from_the_traced_forward():
@@ -300,17 +300,17 @@ def test_in_the_wild_hands_compile_to_the_checker(monkeypatch):
     sys.path.insert(0, str(REPO / "tools"))
     import in_the_wild
     from backward_check import Report
-    assert in_the_wild.COMPILE_VARIABLE == compiled.ENVIRONMENT
+    assert in_the_wild.COMPILE_VARIABLE == compile_backend.ENVIRONMENT
     seen = {}
 
     def checker(fn, *args, **kwargs):
         seen.update(kwargs)
         return Report("op")
 
-    monkeypatch.setenv(compiled.ENVIRONMENT, "aot_eager")
+    monkeypatch.setenv(compile_backend.ENVIRONMENT, "aot_eager")
     in_the_wild.run_checker(checker, torch.tanh, (torch.randn(3),), {}, torch.tanh, "tanh")
     assert seen["compile"] == "aot_eager"
-    monkeypatch.delenv(compiled.ENVIRONMENT)
+    monkeypatch.delenv(compile_backend.ENVIRONMENT)
     in_the_wild.run_checker(checker, torch.tanh, (torch.randn(3),), {}, torch.tanh, "tanh")
     assert seen["compile"] is False
 

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 import torch
+from chapter_scripts import DEVICE
 from plugin_runs import PACKAGE, row, run_pytest
 
 sys.path.insert(0, str(PACKAGE))
@@ -77,8 +78,9 @@ def load_ops(tmp_path):
 def test_assert_backward_raises_a_named_assertion_error_that_carries_the_report(tmp_path):
     from backward_check.testing import BackwardCheckFailure, assert_backward
     ops = load_ops(tmp_path)
+    x = torch.randn(8, 40, device=DEVICE)
     with pytest.raises(BackwardCheckFailure) as caught:
-        assert_backward(ops.DropoutIgnoresGradOutput, torch.randn(8, 40), 0.3, torch.Generator().manual_seed(1))
+        assert_backward(ops.DropoutIgnoresGradOutput, x, 0.3, torch.Generator(device=DEVICE).manual_seed(1))
     failure = caught.value
     assert isinstance(failure, AssertionError)
     assert failure.traps == ("ignores grad_output",)
@@ -94,11 +96,14 @@ def test_an_op_drawing_from_a_generator_it_is_passed_is_checked(tmp_path, seed):
     generator is left where the caller's own call left it."""
     from backward_check import check_backward
     ops = load_ops(tmp_path)
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(seed + 1))
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE)
     report = check_backward(ops.Dropout, x, 0.3, generator)
     assert report.clean and not report.undecided, report
     assert check_backward(ops.DropoutIgnoresGradOutput, x, 0.3, generator).traps == ["ignores grad_output"]
+    # a generator on the CPU beside the kernels' device: the op runs where its generator is, as its caller made it
+    cpu = torch.Generator().manual_seed(seed)
+    assert check_backward(ops.Dropout, x.cpu(), 0.3, cpu).clean
 
 
 # -- the plugin, in a suite ------------------------------------------------------------------------------

@@ -251,27 +251,10 @@ def test_the_package_installs_the_backward_check_command(installed, tmp_path):
                           timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("usage: backward-check"), done.stdout + done.stderr
     ops = tmp_path / "my_ops.py"
-    ops.write_text(IGNORES_GRAD_OUTPUT_FILE)
+    ops.write_text(SUITE_OPS)  # IgnoresGradOutput, the plugin tests' op
     done = subprocess.run([sys.executable, str(command), str(ops)], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode == 1 and "ignores grad_output" in done.stdout, done.stdout + done.stderr
-
-
-IGNORES_GRAD_OUTPUT_FILE = """
-import torch
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, = ctx.saved_tensors
-        return 2 * x
-"""
 
 
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"

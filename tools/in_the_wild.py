@@ -54,7 +54,7 @@ PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platfo
 LIBRARIES = ("liger", "fla", "unsloth", "flash_attn", "mamba", "cce")  # tools/wild/<name>.py, in the page's order
 RESULT_MARK = "@@RESULT "
 PIN_VARIABLE = "IN_THE_WILD_PIN_AUTOTUNE"
-COMPILE_VARIABLE = "BACKWARD_CHECK_COMPILE"  # backward_check.compiled.ENVIRONMENT: --compile, for the children
+COMPILE_VARIABLE = "BACKWARD_CHECK_COMPILE"  # backward_check.compile_backend.ENVIRONMENT: --compile, for the children
 
 
 def library(name):
@@ -88,7 +88,7 @@ def load_checker():
 
 def run_checker(check_backward, fn, args, kwargs, reference, name):
     """The checker's verdict on the real Function called with its real args and kwargs."""
-    from backward_check.compiled import backend_from_environment
+    from backward_check.compile_backend import backend_from_environment
     started = time.perf_counter()
     try:
         report = check_backward(fn, *args, reference=reference, name=name, compile=backend_from_environment(),

@@ -174,6 +174,10 @@ class Op:
                 for t in read_by(v)}
         if any(isinstance(v, torch.Tensor) and id(v) in read for v in (*args, *kwargs.values())):
             device = None
+        # An op handed a generator of its own draws on the generator's device: its tensors stay there too.
+        if any(isinstance(v, torch.Generator) and device is not None and v.device.type != device.type
+               for v in (*args, *kwargs.values())):
+            device = None
         args = tuple(_to_device(a, device) for a in args)
         kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}
         if signature is not None:

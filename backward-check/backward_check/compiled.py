@@ -30,8 +30,7 @@ import warnings
 
 import torch
 
-from .compile_backend import (ENVIRONMENT, backend_for, backend_from_environment,  # noqa: F401  (handed on)
-                              backend_from_text, backend_name, default_backend, inductor_can_run_on)
+from .compile_backend import backend_name
 from .calling import announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
 from .context import copies, reraise_fault
 from .report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)

@@ -296,7 +296,7 @@ def grown_context(op, given, reference, earlier):
 
 def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None, made_per_call=False):
     """(every outcome, what was checked): the given inputs, then the same grown. compile_backend: a backend for
-    torch.compile (compiled.backend_for), or None to leave the compile checks out. made_per_call: the op is a
+    torch.compile (compile_backend.backend_for), or None to leave the compile checks out. made_per_call: the op is a
     class its callers make afresh for every call (see per_call)."""
     options = {"second_order": second_order, "compile": compile_backend}
     try:
