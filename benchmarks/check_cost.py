@@ -319,7 +319,7 @@ def op_seconds(fn, args, repeat):
 # One check, timed, and the same again under cProfile
 # ---------------------------------------------------
 # check_backward with the reference ("ref") or without ("fd"). The runner's checks are told apart by wrapping
-# runner.attempt, the one function each check goes through (as tools/wild/check_cost.py does).
+# runner.attempt, the one function each check goes through (as research/wild/check_cost.py does).
 
 def check_seconds(fn, args, extra, reference, profile=False):
     from backward_check import check_backward, runner

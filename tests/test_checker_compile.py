@@ -296,8 +296,8 @@ def test_in_place_ops_are_read_from_the_traced_forward():
 
 
 def test_in_the_wild_hands_compile_to_the_checker(monkeypatch):
-    """tools/in_the_wild.py --compile sets the variable its children inherit; run_checker passes it to the checker."""
-    sys.path.insert(0, str(REPO / "tools"))
+    """research/in_the_wild.py --compile sets the variable its children inherit; run_checker passes it to the checker."""
+    sys.path.insert(0, str(REPO / "research"))
     import in_the_wild
     from backward_check import Report
     assert in_the_wild.COMPILE_VARIABLE == compile_backend.ENVIRONMENT

@@ -215,7 +215,7 @@ def write_suite(folder, conftest=None):
 
 def test_the_plugin_loads_with_p_beside_the_installed_package(installed, tmp_path):
     """A checkout's command (backward-check/ on PYTHONPATH, -p pytest_backward_check) where the package is
-    installed as well, as tools/wild/suites.py runs it: one plugin, not "already registered under a different
+    installed as well, as research/wild/suites.py runs it: one plugin, not "already registered under a different
     name"; and the installed package alone, through its entry point."""
     suite = write_suite(tmp_path)
     for python_path, options in (([PACKAGE, installed], ["-p", "pytest_backward_check"]), (installed, [])):

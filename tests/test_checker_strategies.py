@@ -505,11 +505,11 @@ def test_a_layout_finding_names_the_input_whose_layout_decides_it():
 
 def test_pytorchs_cpu_batch_norm_with_a_strided_weight_is_named_by_its_weight():
     """PyTorch's own F.batch_norm(training=True) on the CPU reads a strided weight as if contiguous for an (N, C)
-    input (tools/wild/torch_batch_norm.py shows it without the checker); where this PyTorch has the bug, the
+    input (research/wild/torch_batch_norm.py shows it without the checker); where this PyTorch has the bug, the
     finding names the weight and the input's gradient."""
     if DEVICE.type != "cpu":
         pytest.skip("the bug is in PyTorch's CPU kernel, and the checker calls the op on the GPU here")
-    sys.path.insert(0, str(REPO / "tools" / "wild"))
+    sys.path.insert(0, str(REPO / "research" / "wild"))
     import torch_batch_norm
     if torch_batch_norm.main([]) != 0:
         pytest.skip("this PyTorch reads a strided weight right")

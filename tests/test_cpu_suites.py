@@ -1,4 +1,4 @@
-"""tools/wild/cpu_suites.py and its probes, without the libraries.
+"""research/wild/cpu_suites.py and its probes, without the libraries.
 
 The tool runs four CPU libraries' own tests under the plugin and decides every trap named by a
 probe. Here, with none of the libraries installed: its table of findings must name real traps and
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "wild" / "cpu_suites.py"
-sys.path.insert(0, str(REPO / "tools" / "wild"))
+TOOL = REPO / "research" / "wild" / "cpu_suites.py"
+sys.path.insert(0, str(REPO / "research" / "wild"))
 sys.path.insert(0, str(REPO / "backward-check"))
 import cpu_suites  # noqa: E402
 from backward_check.report import TRAPS  # noqa: E402

@@ -1,4 +1,4 @@
-"""tools/in_the_wild.py, docs/in-the-wild.md and its runs' page, without a GPU and without the wheels.
+"""research/in_the_wild.py, docs/in-the-wild.md and its runs' page, without a GPU and without the wheels.
 
 The script itself needs a CUDA GPU and the releases' wheels; here it must refuse with exit 2 and
 say why, refuse bad arguments the same way, keep its case table consistent (each trap one the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "in_the_wild.py"
+TOOL = REPO / "research" / "in_the_wild.py"
 DOC = REPO / "docs" / "in-the-wild.md"
 DIARY = REPO / "benchmarks" / "results" / "in-the-wild-diary.md"
 LOG = REPO / "benchmarks" / "results" / "in_the_wild_h200.log"

@@ -1,8 +1,8 @@
-"""tools/wild/suites.py without a GPU and without the releases: how it reads the plugin's table (today's, and
+"""research/wild/suites.py without a GPU and without the releases: how it reads the plugin's table (today's, and
 the same rows wrapped), how it judges a release, what it runs (whole files, the plugin's default options), how
 a release's runs share their deadline, how a suite past its deadline is stopped, and its refusals.
 
-The runs themselves need a CUDA GPU and the downloaded releases (python tools/wild/suites.py --download);
+The runs themselves need a CUDA GPU and the downloaded releases (python research/wild/suites.py --download);
 `--interpret --select EXPR` smoke-tests the plumbing in Triton's interpreter, by hand.
 """
 import importlib.util
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "wild" / "suites.py"
+TOOL = REPO / "research" / "wild" / "suites.py"
 sys.path.insert(0, str(REPO / "backward-check"))
 from backward_check.report import TRAPS  # noqa: E402
 
@@ -251,17 +251,17 @@ def test_the_table_shows_each_functions_traps_or_why_none():
     assert suites.shown_findings(LIGER, {CE: ([], ["  (2 signatures not checked)"])}) == "not checked"
 
 
-# -- tools/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
+# -- research/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it times the real kernels instead")
 def test_check_cost_without_a_gpu_says_what_it_needs():
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "wild" / "check_cost.py")], capture_output=True,
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "check_cost.py")], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_check_cost_help_names_what_it_times():
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "wild" / "check_cost.py"), "--help"],
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "check_cost.py"), "--help"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "--rows" in done.stdout and "Liger" in done.stdout, done.stdout + done.stderr
 
@@ -274,7 +274,7 @@ def test_check_cost_breakdown_times_each_check_and_profiles_it():
     sys.path.insert(0, str(REPO / "tests"))
     from checker_zoo import one_input
 
-    spec = importlib.util.spec_from_file_location("check_cost", REPO / "tools" / "wild" / "check_cost.py")
+    spec = importlib.util.spec_from_file_location("check_cost", REPO / "research" / "wild" / "check_cost.py")
     check_cost = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check_cost)
     cube = one_input(lambda x: x ** 3, lambda x, g: (3 * x * x * g[0],), "CubeFirstElement")  # a uniform grad_output

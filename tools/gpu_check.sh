@@ -8,19 +8,19 @@
 #   pytest         the test suite, in parallel (pytest-xdist, -n 10), the checker's property tests
 #                  with twice CI's examples a family (BACKWARD_CHECK_EXAMPLES, default 6 here)
 #   notebooks      both notebooks, executed top to bottom (tools/run_notebook.py)
-#   in_the_wild    tools/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
+#   in_the_wild    research/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
 #                  each library's current Functions; releases side by side, autotuning pinned
 #   checker_cli    python practice/backward_checker.py practice/solutions.py
-#   vs_gradcheck   tools/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
+#   vs_gradcheck   research/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
 #   sanitizer      compute-sanitizer (memcheck) on each of the four scripts
-#   suites         tools/wild/suites.py --run: real libraries' own test files, whole, at a buggy
+#   suites         research/wild/suites.py --run: real libraries' own test files, whole, at a buggy
 #                  and a fixed release, plain and under `pytest --backward-check` (its defaults)
 #   suites_xdist   the same for Liger's cross-entropy file, its plain and plugin runs under -n 8
 #   suites_compile the same for Liger's cross-entropy file, the plugin's run with its compile check
-#   wild_compile   tools/in_the_wild.py --sweep-only --compile: real Functions under torch.compile
+#   wild_compile   research/in_the_wild.py --sweep-only --compile: real Functions under torch.compile
 #
 # The last four run only when named (or with `all`): they need the releases that
-# `tools/wild/suites.py --download` and `tools/in_the_wild.py --download` fetch where there
+# `research/wild/suites.py --download` and `research/in_the_wild.py --download` fetch where there
 # is a network (SUITES, WHEELS).
 #
 # Usage: tools/gpu_check.sh [--out DIR] [--label NAME] [--list] [PART ... | all]
@@ -93,13 +93,13 @@ command_of() {
     check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
     pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n ${PYTEST_WORKERS:-10} -q -ra -p no:cacheprovider" ;;
     notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
-    in_the_wild) echo "$PYTHON tools/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
+    in_the_wild) echo "$PYTHON research/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
-    vs_gradcheck) echo "$PYTHON tools/checker_vs_gradcheck.py" ;;
-    suites) echo "$PYTHON tools/wild/suites.py --run $SUITES --jobs 6 --warm-workers 2 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_$label.log" ;;
-    suites_xdist) echo "$PYTHON tools/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --workers 8 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_xdist8.log" ;;
-    suites_compile) echo "$PYTHON tools/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --compile --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_compile.log" ;;
-    wild_compile) echo "$PYTHON tools/in_the_wild.py --sweep-only --compile --jobs 4 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
+    vs_gradcheck) echo "$PYTHON research/checker_vs_gradcheck.py" ;;
+    suites) echo "$PYTHON research/wild/suites.py --run $SUITES --jobs 6 --warm-workers 2 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_$label.log" ;;
+    suites_xdist) echo "$PYTHON research/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --workers 8 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_xdist8.log" ;;
+    suites_compile) echo "$PYTHON research/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --compile --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_compile.log" ;;
+    wild_compile) echo "$PYTHON research/in_the_wild.py --sweep-only --compile --jobs 4 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     sanitizer) echo "for s in 01_chained_expression 02_graph_structure 03_fan_in 04_standalone_complete; do $SANITIZER --tool memcheck --error-exitcode 1 $PYTHON \$s.py > /dev/null || exit 1; echo \"\$s: memcheck clean\"; done" ;;
   esac
 }

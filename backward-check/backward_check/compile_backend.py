@@ -64,7 +64,7 @@ def backend_from_text(value):
 
 
 def backend_from_environment():
-    """compile= as a tool hands it to the processes it starts, in ENVIRONMENT (tools/in_the_wild.py --compile)."""
+    """compile= as a tool hands it to the processes it starts, in ENVIRONMENT (research/in_the_wild.py --compile)."""
     return backend_from_text(os.environ.get(ENVIRONMENT))
 
 

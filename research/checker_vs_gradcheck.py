@@ -12,8 +12,8 @@ which none should. The tools:
   opcheck    torch.library.opcheck, on the cases that are also registered here as custom ops
              (torch.library.custom_op with register_autograd); elsewhere it does not apply
 
-    python tools/checker_vs_gradcheck.py            # a Markdown table on stdout
-    python tools/checker_vs_gradcheck.py --log FILE # and a log naming the tree
+    python research/checker_vs_gradcheck.py            # a Markdown table on stdout
+    python research/checker_vs_gradcheck.py --log FILE # and a log naming the tree
 
 Exit status: 0 when the checker flags every planted bug with its trap and no legal case,
 1 otherwise, 2 on a usage error.

@@ -7,15 +7,15 @@ suite below is a library whose autograd.Functions are plain PyTorch (so they run
 whose own tests are run unmodified, from its repository at the release's tag, against that release:
 plain, then under `pytest --backward-check` (backward-check/pytest_backward_check.py, defaults),
 which checks each Function the tests call, with no reference (finite differences). Every trap the
-plugin names is then decided by a probe of its own in tools/wild/cpu_probes.py: a short plain-torch
+plugin names is then decided by a probe of its own in research/wild/cpu_probes.py: a short plain-torch
 script, run against the same release, that says whether the finding is real (the backward is wrong
 for the grad_output, layout or input the checker used), by design (the library wrote it on purpose,
 at a line the probe names), or a false alarm (the backward is right; the probe says what the checker
 got wrong, e.g. the input's contract).
 
-    python tools/wild/cpu_suites.py --list                                     # the suites and the findings
-    python tools/wild/cpu_suites.py --download [DIR] --git entmax=CLONE ...    # network: every suite's clone
-    python tools/wild/cpu_suites.py --run [DIR] [--suite NAME] [--log PATH]    # no network, no GPU
+    python research/wild/cpu_suites.py --list                                     # the suites and the findings
+    python research/wild/cpu_suites.py --download [DIR] --git entmax=CLONE ...    # network: every suite's clone
+    python research/wild/cpu_suites.py --run [DIR] [--suite NAME] [--log PATH]    # no network, no GPU
 
 --download (DIR defaults to .wild-cpu-suites, which git ignores) needs the network and a local clone of
 each library's repository (a bare or mirror clone does too; --list names them). For each suite it
@@ -59,8 +59,8 @@ PACKAGE = REPO / "backward-check"
 PROBE_SCRIPT = Path(__file__).resolve().parent / "cpu_probes.py"
 DEFAULT_DIR = REPO / ".wild-cpu-suites"
 DEFAULT_LOG = REPO / "benchmarks" / "results" / "cpu_suites.log"
-sys.path.insert(0, str(REPO / "tools"))
-sys.path.insert(0, str(REPO / "tools" / "wild"))
+sys.path[:0] = [str(REPO / "research"), str(REPO / "tools")]
+sys.path.insert(0, str(REPO / "research" / "wild"))
 from in_the_wild import table  # noqa: E402
 from suites import extract_tests, git_dir, outcome, plugin_findings  # noqa: E402
 from cpu_probes import BY_DESIGN, FALSE_ALARM, PROBE_MARK, PROBES, REAL  # noqa: E402  (imports torch, not the libraries)
@@ -78,7 +78,7 @@ class CpuSuite:
     support: tuple = ()       # files beside them that they import or read
     needs: tuple = ()         # pinned pip specs the release or its tests import, installed beside it (never torch)
 
-    def tag(self, version):   # as tools/wild/suites.py's extract_tests asks a case for its revision
+    def tag(self, version):   # as research/wild/suites.py's extract_tests asks a case for its revision
         return self.revision
 
 
@@ -89,7 +89,7 @@ class Decided:
     op: str                   # module.qualname, as the plugin's table names it
     trap: str                 # the trap's name (backward_check.report.TRAPS)
     kind: str                 # REAL, BY_DESIGN or FALSE_ALARM
-    probe: str                # the function in tools/wild/cpu_probes.py that decides it
+    probe: str                # the function in research/wild/cpu_probes.py that decides it
     cause: str                # in a sentence: the bug, the design (with a link to the line), or what the checker got wrong
 
 
@@ -304,7 +304,7 @@ def header():
     from stamp import lines
     return [*lines(), f"python {platform.python_version()}, torch {torch.__version__}, CPU only",
             f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-            f"command: {shlex.join(['python', 'tools/wild/cpu_suites.py', *sys.argv[1:]])}",
+            f"command: {shlex.join(['python', 'research/wild/cpu_suites.py', *sys.argv[1:]])}",
             "runs: one at a time; times are wall clock, python start to exit, on a machine others may share"]
 
 

@@ -7,7 +7,7 @@ weight unchecked (the forward checks the weight too), and for an input of one el
 ((N, C), (N, C, 1), (N, C, 1, 1)) that path reads the weight from its data pointer; an (N, C, L) input with L > 1
 takes a path that reads it by its strides, and is right. Training and evaluation mode alike.
 
-    python tools/wild/torch_batch_norm.py [--device cuda]
+    python research/wild/torch_batch_norm.py [--device cuda]
 
 prints how far the input's gradient is from the one for a contiguous weight of the same values (its largest
 difference, and relative to the gradient's norm), for the strided weight and for the same made contiguous, and

@@ -4,7 +4,7 @@ Where one plugin check of a large op spends its time
 
 The pytest plugin's cost on a suite of large ops is its checks: each recorded call's arguments are copied (the
 recording), handed to the worker process, and checked there. This tool times each stage of that, stage by stage,
-on Liger-Kernel's cross entropy (its 0.5.8 release, as tools/wild/suites.py --download puts it in .wild-suites)
+on Liger-Kernel's cross entropy (its 0.5.8 release, as research/wild/suites.py --download puts it in .wild-suites)
 called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reduction 'none' and 'sum':
 
   - the recording's copy onto the CPU, and for comparison the same into pinned memory;
@@ -22,8 +22,8 @@ under torch.profiler: the GPU's busy time against the wall clock, the kernels an
 (in this process, whose launches do not wait for each kernel as the worker's do: about half a second of a check
 of this op, by the stages above).
 
-    python3 tools/wild/check_cost.py [--log PATH] [--rows N]                 # a CUDA GPU; the log is also printed
-    python3 tools/wild/check_cost.py --breakdown [--log PATH] [--rows N]
+    python3 research/wild/check_cost.py [--log PATH] [--rows N]                 # a CUDA GPU; the log is also printed
+    python3 research/wild/check_cost.py --breakdown [--log PATH] [--rows N]
 
 Exit status: 0 done; 2 no CUDA GPU, or the release not downloaded.
 """
@@ -154,7 +154,7 @@ def main():
         print("check_cost.py: no CUDA GPU; it times a Triton kernel on one", file=sys.stderr)
         return 2
     if not SITE.is_dir():
-        print(f"check_cost.py: {SITE.relative_to(REPO)} is missing; run tools/wild/suites.py --download first",
+        print(f"check_cost.py: {SITE.relative_to(REPO)} is missing; run research/wild/suites.py --download first",
               file=sys.stderr)
         return 2
     import stamp
@@ -164,7 +164,7 @@ def main():
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name()}",
-             f"command: python3 tools/wild/check_cost.py{' --breakdown' * options.breakdown} --rows {options.rows}",
+             f"command: python3 research/wild/check_cost.py{' --breakdown' * options.breakdown} --rows {options.rows}",
              "seconds of each stage, for one recorded call of LigerCrossEntropyFunction (liger-kernel 0.5.8) on "
              f"({options.rows}, 32000) bfloat16 logits"]
 

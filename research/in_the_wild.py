@@ -5,7 +5,7 @@ The chapter's traps in real libraries
 Each case is a bug that a real library shipped, of a trap the chapter teaches, with the release
 that had it and the release that fixed it. For each release this installs the wheel into a
 folder of its own (or, for a library with a compiled extension or a heavy import, copies only its
-Triton op files there: tools/wild/common.py's VENDORED), imports it in a subprocess of its own
+Triton op files there: research/wild/common.py's VENDORED), imports it in a subprocess of its own
 (two versions never meet), and runs three tools on the library's real autograd.Function, called
 with its real arguments:
 
@@ -19,13 +19,13 @@ every fixed release is clean (a trap present in both releases, with an open issu
 with the case as known and shown, not counted). --sweep also runs the checker over each
 library's current release: its public Functions, each against a torch reference whose agreement
 with the Function's own forward is printed beside it, and each flag provoked again by a probe of
-the library's module that does not use the checker. The libraries are tools/wild/<name>.py.
+the library's module that does not use the checker. The libraries are research/wild/<name>.py.
 
-    python tools/in_the_wild.py --download          # fetch the releases into .wild-wheels/ (network)
-    python tools/in_the_wild.py [--case NAME] [--library NAME] [--wheels DIR]   # with a CUDA GPU
-    python tools/in_the_wild.py --sweep --jobs 8 --pin-autotune
-    python tools/in_the_wild.py --sweep-only --compile    # also check each Function under torch.compile
-    python tools/in_the_wild.py --list              # the cases, no GPU needed
+    python research/in_the_wild.py --download          # fetch the releases into .wild-wheels/ (network)
+    python research/in_the_wild.py [--case NAME] [--library NAME] [--wheels DIR]   # with a CUDA GPU
+    python research/in_the_wild.py --sweep --jobs 8 --pin-autotune
+    python research/in_the_wild.py --sweep-only --compile    # also check each Function under torch.compile
+    python research/in_the_wild.py --list              # the cases, no GPU needed
 
 Exit status: 0 every release as expected (and every sweep ran); 1 a release not as expected, or a
 sweep that could not run; 2 a usage error, a missing wheel, or no CUDA GPU. The kernels are Triton
@@ -44,14 +44,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
+sys.path[:0] = [str(REPO / "research"), str(REPO / "tools")]
 from wild import common  # noqa: E402
 from wild.common import positional  # noqa: E402  (the tests bind arguments with it too)
 
 DEFAULT_WHEELS = REPO / ".wild-wheels"
 PLATFORM_PINS = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
                  "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"]
-LIBRARIES = ("liger", "fla", "unsloth", "flash_attn", "mamba", "cce")  # tools/wild/<name>.py, in the page's order
+LIBRARIES = ("liger", "fla", "unsloth", "flash_attn", "mamba", "cce")  # research/wild/<name>.py, in the page's order
 RESULT_MARK = "@@RESULT "
 PIN_VARIABLE = "IN_THE_WILD_PIN_AUTOTUNE"
 COMPILE_VARIABLE = "BACKWARD_CHECK_COMPILE"  # backward_check.compile_backend.ENVIRONMENT: --compile, for the children
@@ -467,7 +467,7 @@ def report_case(case, pending, rows):
     print(f"\n== {case.name}: {case.dist} {case.buggy} -> {case.fixed}, {case.trap_class}")
     print("   " + " ".join(case.links))
     if case.vendored:
-        print("   loaded: only " + ", ".join(case.vendored) + " (vendored; see tools/wild/common.py)")
+        print("   loaded: only " + ", ".join(case.vendored) + " (vendored; see research/wild/common.py)")
     expected = True
     for role, version in (("buggy", case.buggy), ("fixed", case.fixed)):
         result = pending[(case.name, version)].result()
@@ -554,7 +554,7 @@ def main(argv=None):
     parser.add_argument("--sweep", action="store_true", help="also sweep each library's current release")
     parser.add_argument("--sweep-only", action="store_true", help="only the sweeps")
     parser.add_argument("--library", action="append", choices=list(MODULES),
-                        help="only this library's cases and sweep (tools/wild/<name>.py)")
+                        help="only this library's cases and sweep (research/wild/<name>.py)")
     parser.add_argument("--download", action="store_true", help="download the wheels into --wheels and stop")
     parser.add_argument("--list", action="store_true", help="list the cases and stop")
     parser.add_argument("--interpret", action="store_true",

@@ -2,13 +2,14 @@
 Round 4 of the CPU suites: each finding of the plugin, decided in plain torch
 ===========================================================================
 
-    PYTHONPATH=SITE python tools/wild/cpu_probes_round4.py NAME    # SITE: the release's --target folder
+    PYTHONPATH=SITE python research/wild/cpu_probes_round4.py NAME    # SITE: the release's --target folder
 
 The libraries (their unmodified suites run plain and under `pytest -p pytest_backward_check --backward-check`,
 defaults; the record is benchmarks/results/cpu_suites_round4.log): roma 1.6.0, torch-interpol 0.2.6,
-snntorch 0.9.4, xitorch 0.5.1 (with scipy 1.17.1), pytorch-revgrad 0.2.0. Each probe calls the library's
+snntorch 0.9.4, xitorch 0.5.1 (with scipy 1.17.1), pytorch-revgrad 0.2.0. Beside them, torch-struct 0.5's two
+real bugs that issue 56 reported from its round three, probed here (its suite under the plugin: the same log). Each probe calls the library's
 Function as the checker did and as the library's own callers do, and answers with one line, PROBE_MARK and
-JSON {"kind": "real" | "by design" | "false alarm", "evidence": ...}, in the sense of tools/wild/cpu_probes.py.
+JSON {"kind": "real" | "by design" | "false alarm", "evidence": ...}, in the sense of research/wild/cpu_probes.py.
 No probe imports the checker. The xitorch probes need the release's test folder on XITORCH_TESTS (for its
 test modules), the others only the release.
 """
@@ -286,6 +287,74 @@ def probe_xitorch_mcquad_objparams():
                 f"same values in their place, as the checker's call, the backward raises {crash} (and with '_dummy1d': "
                 f"{(crash1 or 'no error')[:60]}...)")
     return (FALSE_ALARM if ok else REAL), evidence
+
+
+# ---------------------------------------------------------------------------
+# pytorch-struct (torch-struct 0.5 on PyPI, harvardnlp/pytorch-struct): two real bugs of issue 56's round three,
+# each decided here in plain torch
+# ---------------------------------------------------------------------------
+
+def probe_torch_struct_simplex_project():
+    """semirings.sparse_max._SimplexProject, 'a wrong formula': the forward is x.w* - ||w*|| (w* the projection of
+    x onto the simplex), the backward returns w*, the gradient of the x.w* - 1/2 ||w*||^2 version."""
+    from torch_struct import LinearChain, SparseMaxSemiring
+    from torch_struct.semirings.sparse_max import _SimplexProject, project_simplex
+    x, direction, weights = seeded(4, 6, seed=41), seeded(4, 6, seed=42), seeded(4, seed=43)
+    leaf = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(_SimplexProject.apply(leaf, -1), leaf, weights)
+    backward = float((g * direction).sum())
+    fd = directional_fd(lambda v: (_SimplexProject.apply(v, -1) * weights).sum(), [x], [direction])
+
+    def half_norm_squared(v):  # the version whose gradient w* is (by the envelope theorem)
+        w = project_simplex(v, -1)
+        return (((v * w).sum(-1) - 0.5 * (w * w).sum(-1)) * weights).sum()
+    fd_half = directional_fd(half_norm_squared, [x], [direction])
+    # Through the public API, as the suite's test_sparse_max calls it: LinearChain(SparseMaxSemiring).sum.
+    public_gaps = []
+    for seed in range(5):
+        scores, along, weighting = seeded(2, 5, 3, 3, seed=50 + seed), seeded(2, 5, 3, 3, seed=60 + seed), \
+            seeded(2, seed=70 + seed)
+        chain = LinearChain(SparseMaxSemiring)
+        leaf = scores.clone().requires_grad_()
+        (gs,) = torch.autograd.grad((chain.sum(leaf) * weighting).sum(), leaf)
+        truth = directional_fd(lambda v: (chain.sum(v) * weighting).sum(), [scores], [along])
+        public_gaps.append(abs(float((gs * along).sum()) - truth) / abs(truth))
+    evidence = (f"along a random direction under a random grad_output, finite differences say {fd:.4f}, the backward "
+                f"{backward:.4f}; finite differences of x.w* - 1/2 ||w*||^2 say {fd_half:.4f}: the backward is that "
+                f"version's gradient (sparse_max.py, _SimplexProject.forward subtracts w_star.norm(p=2)). Through "
+                f"LinearChain(SparseMaxSemiring).sum on five random inputs, the gradient is "
+                f"{min(public_gaps):.1%} to {max(public_gaps):.1%} off finite differences")
+    return (REAL if abs(fd - backward) > 1e-3 * abs(fd) and abs(fd_half - backward) < 1e-6 * abs(fd) else FALSE_ALARM), \
+        evidence
+
+
+def probe_torch_struct_checkpoint_shard():
+    """semirings.checkpoint.CheckpointShardSemiring's _Check, 'crashes on a grad_output laid out otherwise': its
+    backward calls grad_output.view(-1, ...), which a non-contiguous grad_output refuses."""
+    from torch_struct import CheckpointShardSemiring, LinearChain, LogSemiring
+    semiring = CheckpointShardSemiring(LogSemiring, 1)
+    seen = []
+    matmul = semiring.matmul
+
+    def spy(a, b):  # the shapes LinearChain hands the Function, as the suite's test_lc_custom calls it
+        seen.append((a.detach(), b.detach()))
+        return matmul(a, b)
+    semiring.matmul = staticmethod(spy)
+    LinearChain(semiring).sum(seeded(2, 5, 3, 3, seed=81).requires_grad_())
+    semiring.matmul = matmul
+    a, b = (t.clone().requires_grad_() for t in seen[0])
+    grad_output = seeded(1, 2, 8, 3, 3, seed=82)[:, :, :a.shape[2]]  # the first rows of a larger batch: a split
+    contiguous = grad_output.contiguous()
+    got = torch.autograd.grad(semiring.matmul(a, b), [a, b], contiguous)
+    truth = torch.autograd.grad(LogSemiring.matmul(a, b), [a, b], contiguous)
+    failure = raised(lambda: torch.autograd.grad(semiring.matmul(a, b), [a, b], grad_output))
+    truth_strided = torch.autograd.grad(LogSemiring.matmul(a, b), [a, b], grad_output)
+    evidence = (f"on the shapes LinearChain hands it ({tuple(a.shape)}), with a contiguous grad_output the gradients "
+                f"match LogSemiring.matmul's ({max(rel(x, y) for x, y in zip(got, truth)):.0e} off); with the same "
+                f"values as rows of a larger batch (strides {grad_output.stride()}) it raises {failure}, where "
+                f"LogSemiring.matmul's backward gives the same gradients "
+                f"({max(rel(x, y) for x, y in zip(truth_strided, truth)):.0e} off) (checkpoint.py, unaccumulate_)")
+    return (REAL if failure else FALSE_ALARM), evidence
 
 
 PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.startswith("probe_")}

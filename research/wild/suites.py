@@ -10,16 +10,16 @@ the release that fixed the bug, runs against that release, plain and under the p
 grad and checks it with no reference (finite differences). The plugin must name the case's trap for each
 of the case's Functions in the buggy release, and must check them and not name it in the fixed one.
 
-    python tools/wild/suites.py --list          # the cases, no GPU needed
-    python tools/wild/suites.py --download [DIR] --git liger=CLONE --git fla=CLONE --git flash_attn=CLONE
-    python3 tools/wild/suites.py --run [DIR] [--case NAME] [--jobs N] [--timeout S] [--log PATH]   # a CUDA GPU
-    python3 tools/wild/suites.py --run --case liger-ce-none --workers 8   # the plain and plugin runs under -n 8
+    python research/wild/suites.py --list          # the cases, no GPU needed
+    python research/wild/suites.py --download [DIR] --git liger=CLONE --git fla=CLONE --git flash_attn=CLONE
+    python3 research/wild/suites.py --run [DIR] [--case NAME] [--jobs N] [--timeout S] [--log PATH]   # a CUDA GPU
+    python3 research/wild/suites.py --run --case liger-ce-none --workers 8   # the plain and plugin runs under -n 8
 
 --download (DIR defaults to .wild-suites, which git ignores) needs the network and a local clone of each
 library's repository (`git clone https://github.com/linkedin/Liger-Kernel`, ...; a bare or mirror clone
 does too). For each release it downloads the wheel into DIR/wheels and installs it, with its pinned
 pure-Python needs, by `pip install --no-deps --target DIR/<dist>-<version>/site`; a release with a compiled
-extension is loaded as tools/wild/common.py's VENDORED says (its Triton op files alone, from its sdist).
+extension is loaded as research/wild/common.py's VENDORED says (its Triton op files alone, from its sdist).
 It extracts the test files, with the conftest.py and pytest configuration they use, from the release's
 tag into DIR/<dist>-<version>/tests, paths kept (`git archive TAG`); DIR/<dist>-<version>/SOURCE says
 which tag, commit and files. It ends with what DIR weighs.
@@ -84,7 +84,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "backward-check"
 DEFAULT_DIR = REPO / ".wild-suites"
-sys.path.insert(0, str(REPO / "tools"))
+sys.path[:0] = [str(REPO / "research"), str(REPO / "tools")]
 from in_the_wild import PLATFORM_PINS, fetch_vendored, install_vendored, table, vendored_archive  # noqa: E402
 from wild.flash_attn import LAYER_NORM  # noqa: E402  (the files case 16 vendors)
 
@@ -96,7 +96,7 @@ WARM_UP, PLAIN, PLUGIN = "warm-up", "plain", "with the plugin"
 @dataclasses.dataclass(frozen=True)
 class Suite:
     name: str                 # the case's name on docs/in-the-wild.md
-    library: str              # the name --git takes for its clone (as tools/wild/<library>.py)
+    library: str              # the name --git takes for its clone (as research/wild/<library>.py)
     repository: str           # owner/name on GitHub
     dist: str                 # the package's name on PyPI
     buggy: str
@@ -572,7 +572,7 @@ def header(jobs, budget, warm_workers, interpret, workers=0, compile_check=False
             "release's own")
     return [*lines(), f"python {platform.python_version()}, torch {torch.__version__}, triton {triton.__version__}, "
             f"GPU: {gpu}", f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-            f"command: {shlex.join(['python3', 'tools/wild/suites.py', *sys.argv[1:]])}",
+            f"command: {shlex.join(['python3', 'research/wild/suites.py', *sys.argv[1:]])}",
             f"runs: whole test files, the plugin with its default options; {jobs} release(s) at a time, each "
             f"release's runs one after another: {warm}, then its plain and plugin runs are timed on that cache (the "
             f"plugin's run compiles only what its checks call anew); the three share {budget} s, the warm-up up to "
@@ -689,7 +689,7 @@ def print_cases():
         print(f"   Functions: {', '.join(c.functions)}; trap: {' or '.join(map(repr, c.traps))}")
         print(f"   tests, whole: {' '.join(c.tests)}; beside them: {', '.join(c.support)}")
         if c.vendored:
-            print(f"   loaded: only {', '.join(c.vendored)} (vendored from the sdist; see tools/wild/common.py)")
+            print(f"   loaded: only {', '.join(c.vendored)} (vendored from the sdist; see research/wild/common.py)")
         if c.accepted:
             print("   accepted: " + "; ".join(f"{short_name(f)}: {trap} ({link})" for f, trap, link in c.accepted))
         if c.extra_wheels or c.needs:

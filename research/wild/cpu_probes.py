@@ -1,8 +1,8 @@
 """
-The probes of tools/wild/cpu_suites.py: each finding of the plugin, decided in plain torch
+The probes of research/wild/cpu_suites.py: each finding of the plugin, decided in plain torch
 =========================================================================================
 
-    python tools/wild/cpu_probes.py NAME      # with the suite's release on PYTHONPATH (cpu_suites.py sets it)
+    python research/wild/cpu_probes.py NAME      # with the suite's release on PYTHONPATH (cpu_suites.py sets it)
 
 Each probe calls the library's Function as the checker did, and again as the library's own callers do,
 and answers with one line, PROBE_MARK and JSON: {"kind": "real" | "by design" | "false alarm",
