@@ -257,6 +257,24 @@ def test_the_package_installs_the_backward_check_command(installed, tmp_path):
     assert done.returncode == 1 and "ignores grad_output" in done.stdout, done.stdout + done.stderr
 
 
+
+def test_the_packages_own_tests_run_from_the_installed_copy(installed, tmp_path):
+    """`pytest --pyargs backward_check.tests`, as a user runs them after `pip install backward-check[test]`: they
+    are collected from the installed copy, not the checkout, and pass (here a few of them, one of each kind: the
+    whole set runs in make test from the checkout)."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(installed), "HOME": str(tmp_path)}
+    fast = "assert_backward_raises_a_named or a_correct_op_is_clean_and_a_planted_bug_named or fail_mode_fails_the_test"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--pyargs",
+                           "backward_check.tests", "-k", fast], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    where = subprocess.run([sys.executable, "-c", "import backward_check.tests as t; print(t.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, env=env, timeout=300).stdout.strip()
+    assert where == str(installed / "backward_check" / "tests" / "__init__.py"), where  # the copy, not the checkout
+    ran = re.findall(r"^PASSED (\S+)", done.stdout, flags=re.M)
+    assert len(ran) == 3, done.stdout[-3000:]
+
+
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 

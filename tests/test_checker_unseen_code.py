@@ -22,7 +22,7 @@ import pytest
 import torch
 from chapter_scripts import DEVICE, REPO, seeded_randn
 from checker_zoo import Dropout, dropout_reference, x35
-from plugin_runs import row, run_pytest, suite_holds_cuda
+from backward_check.tests.plugin_runs import row, run_pytest, suite_holds_cuda
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_check.report import DRAWS_IN_BACKWARD, MADE_PER_CALL  # noqa: E402

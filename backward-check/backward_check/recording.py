@@ -31,8 +31,15 @@ except ImportError:  # pragma: no cover
 
 FUNCTION, CUSTOM_OP = "autograd.Function", "custom op"
 # Modules whose Functions are torch's own machinery (checkpointing, compiled graphs) or the checker's: not the
-# suite's ops.
+# suite's ops. The checker's own tests (backward_check.tests) are a suite like any other: their ops are recorded.
 NOT_THE_SUITES = ("torch", "backward_check")
+SUITES_INSIDE = ("backward_check.tests",)
+
+
+def _not_the_suites(module):
+    """Whether a Function defined in module is torch's or the checker's, not the suite's."""
+    inside = any(module == suite or module.startswith(suite + ".") for suite in SUITES_INSIDE)
+    return module.split(".")[0] in NOT_THE_SUITES and not inside
 # A number argument's values told apart, per op and position, before the rest go by their sign alone: enough for
 # a block size or an ignore_index to pick its path, and a float that changes in every test makes a handful of
 # signatures, not one a test.
@@ -481,7 +488,7 @@ class Recorder:
         if not any(wants_a_gradient(t) for t in tensors) or not _recordable(tensors):
             return
         module, _ = _where_defined(op)
-        if module.split(".")[0] in NOT_THE_SUITES:
+        if _not_the_suites(module):
             return
         name = op_name(op)
         self._count_application(name, op)

@@ -7,7 +7,7 @@ every worker and written once, by the controller.
 import json
 
 import pytest
-from plugin_runs import row, run_pytest, write_suite
+from backward_check.tests.plugin_runs import row, run_pytest, write_suite
 
 pytest.importorskip("xdist")
 

@@ -9,7 +9,7 @@ called late, the early values spent the budget and the last file's ops were neve
 `-n 2`, and no op goes unchecked.
 """
 import pytest
-from plugin_runs import row, run_pytest
+from backward_check.tests.plugin_runs import row, run_pytest
 
 EARLY_OPS = '''
 import time

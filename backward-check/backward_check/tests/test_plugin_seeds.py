@@ -9,7 +9,7 @@ as unstable, with both, and failing no test.
 import re
 
 import pytest
-from plugin_runs import row, run_pytest
+from backward_check.tests.plugin_runs import row, run_pytest
 
 OPS = '''
 import random

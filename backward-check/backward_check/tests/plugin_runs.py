@@ -1,4 +1,4 @@
-"""What the tests of pytest --backward-check share (test_checker_plugin*.py): the module of ops their generated
+"""What the tests of pytest --backward-check share (test_plugin*.py): the module of ops their generated
 suites call, a run of pytest on such a suite in a subprocess with the plugin loadable, and a reader of the table's
 rows."""
 import os
@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "backward-check"
+# The folder that holds backward_check/ and pytest_backward_check.py: a clone's backward-check/, or the site-packages
+# of an installed copy. The suites' subprocesses get it on PYTHONPATH, so that `-p pytest_backward_check` loads.
+PACKAGE = Path(__file__).resolve().parents[2]
 
 
 def suite_holds_cuda():

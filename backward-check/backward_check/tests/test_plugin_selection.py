@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from plugin_runs import row, run_pytest
+from backward_check.tests.plugin_runs import row, run_pytest
 
 from backward_check.selection import BUDGET_FLOOR_SECONDS
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from plugin_runs import row, run_pytest, suite_holds_cuda, write_suite
+from backward_check.tests.plugin_runs import row, run_pytest, suite_holds_cuda, write_suite
 
 OPS = '''
 import enum

@@ -8,7 +8,7 @@
 - an accepted trap is one short row, with no report after the table;
 - the table fits the terminal, its test ids broken only where an id breaks;
 - an op the budget never reached is named in the summary line (the schedule that reaches it is
-  test_checker_plugin_selection.py's);
+  test_plugin_selection.py's);
 - a repro script for each trap.
 """
 import os
@@ -16,8 +16,8 @@ import sys
 
 import pytest
 import torch
-from chapter_scripts import DEVICE
-from plugin_runs import PACKAGE, row, run_pytest
+from backward_check import DEVICE
+from backward_check.tests.plugin_runs import PACKAGE, row, run_pytest
 
 sys.path.insert(0, str(PACKAGE))
 

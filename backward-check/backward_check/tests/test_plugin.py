@@ -8,7 +8,7 @@ checked in a process forked for it, calls under no_grad not recorded, a long sig
 op whose backward kills its process reported as the op's fault, with the call, before the next op is checked by a
 fresh worker). The others run in this process through pytester: off unless asked, =fail (a trap found at the
 session's end fails the run), the accepted file with its reasons, and the usage errors. Which signatures are
-checked, and when, is test_checker_plugin_selection.py's; arguments of every type, _arguments.py's; pytest-xdist,
+checked, and when, is test_plugin_selection.py's; arguments of every type, _arguments.py's; pytest-xdist,
 _xdist.py's; seeds and unstable verdicts, _seeds.py's.
 """
 import inspect
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import torch
-from plugin_runs import PACKAGE, row, run_pytest, suite_holds_cuda, write_suite
+from backward_check.tests.plugin_runs import PACKAGE, row, run_pytest, suite_holds_cuda, write_suite
 
 # Function.apply as torch has it, before any test patches it (a classmethod until 2.14, a C descriptor after).
 TORCH_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
