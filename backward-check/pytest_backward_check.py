@@ -314,7 +314,7 @@ class BackwardCheckSession(Reporting):
         self.worker_id, workers, folder = xdist or ("", 1, None)
         self.claims = Claims(folder, self.worker_id) if folder else None
         memory_mib = MEMORY_MIB if options.memory_mib is None else options.memory_mib
-        self.budget = Budget(options.budget)
+        self.budget = Budget(options.budget, plugin_seconds=self.plugin_seconds)
         self.selection = Selection(self.budget, memory_mib * 2 ** 20 / workers, options.limit,
                                    self.claims.others if self.claims else None)
         self.recorder = Recorder(self.offer, self.selection.withdraw)
@@ -384,12 +384,10 @@ class BackwardCheckSession(Reporting):
     def _check_while(self, next_call, when):
         done = []
         try:
-            self.budget.spent = self.plugin_seconds()
             while (call := next_call()) is not None:
                 checked = self.check(call, when)
                 if checked is not None:
                     done.append(checked)
-                self.budget.spent = self.plugin_seconds()
         except Exception as error:  # noqa: BLE001  (the plugin's own failure: never the test's)
             self.findings.problems.append(f"backward-check itself failed while choosing what to check "
                                           f"({type(error).__name__}: {error}); please report it")
@@ -451,7 +449,6 @@ class BackwardCheckSession(Reporting):
     def close_findings(self):
         """What is left waiting is left out; the selection's and the worker's counts, into the findings."""
         findings, selection = self.findings, self.selection
-        self.budget.spent = self.plugin_seconds()
         selection.give_up()
         for op, calls in selection.left_out.items():
             for key, (why, tier) in calls.items():

@@ -95,16 +95,22 @@ def tier(call_features, covered):
 @dataclasses.dataclass
 class Budget:
     """The plugin's seconds against the suite's. factor None: no limit (--backward-check-budget=all). clock: the
-    wall clock (a test's own, to hold the suite's time still)."""
+    wall clock (a test's own, to hold the suite's time still). plugin_seconds: the plugin's own seconds so far, read
+    from their one owner (the session's recorder and checks) whenever the budget is asked, never written here."""
     factor: float = BUDGET_FACTOR
     floor: float = BUDGET_FLOOR_SECONDS
-    spent: float = 0.0           # the plugin's, as last told
+    plugin_seconds: typing.Callable[[], float] = lambda: 0.0
     clock: typing.Callable[[], float] = time.perf_counter
     started: float = None        # the clock when the session began (default: now)
 
     def __post_init__(self):
         if self.started is None:
             self.started = self.clock()
+
+    @property
+    def spent(self):
+        """The plugin's seconds so far."""
+        return self.plugin_seconds()
 
     @property
     def suite_seconds(self):

@@ -160,7 +160,9 @@ class Checks:
 
     def __init__(self, allowed, memory_bytes=10 ** 9, limit=None):
         from backward_check.selection import Budget, Selection
-        self.budget = Budget(factor=1.0, floor=allowed, clock=lambda: 0.0)  # the suite's time held still
+        self.spent = 0.0
+        self.budget = Budget(factor=1.0, floor=allowed, clock=lambda: 0.0,  # the suite's time held still
+                             plugin_seconds=lambda: self.spent)
         self.selection = Selection(self.budget, memory_bytes, limit)
         self.picked = []
 
@@ -170,7 +172,7 @@ class Checks:
     def run(self, test=None):
         while (call := self.selection.next_call(test)) is not None:
             self.selection.checked_here(call, 1.0)
-            self.budget.spent += 1.0
+            self.spent += 1.0
             self.picked.append(call.described)
 
 
@@ -233,12 +235,12 @@ def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
     a GPU suite spends most of its time there), less the plugin's own seconds; the budget is factor times that, and
     at least the floor."""
     from backward_check.selection import Budget
-    now = [100.0]
-    budget = Budget(factor=1.0, floor=20.0, clock=lambda: now[0])
-    now[0], budget.spent = 150.0, 10.0
+    now, spent = [100.0], [0.0]
+    budget = Budget(factor=1.0, floor=20.0, clock=lambda: now[0], plugin_seconds=lambda: spent[0])
+    now[0], spent[0] = 150.0, 10.0
     assert budget.suite_seconds == 40.0 and budget.seconds == 40.0
     assert budget.allows(30.0) and not budget.allows(31.0)
-    budget.spent = 45.0  # the plugin's time is not the suite's: past it, nothing more
+    spent[0] = 45.0  # the plugin's time is not the suite's: past it, nothing more
     assert budget.suite_seconds == 5.0 and budget.seconds == 20.0 and not budget.allows()
     assert Budget(factor=0.5, floor=1.0, clock=lambda: now[0], started=0.0).seconds == 75.0
     assert Budget(factor=None, clock=lambda: now[0]).seconds == float("inf")
@@ -250,7 +252,8 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
     leaves 10 s (half the budget) to ops called later, a third fits in the other 4 (2 s expected, not 4.5)."""
     import torch
     from backward_check.selection import Budget, Selection
-    budget = Budget(factor=1.0, floor=20.0, clock=lambda: 0.0)
+    spent = [0.0]
+    budget = Budget(factor=1.0, floor=20.0, clock=lambda: 0.0, plugin_seconds=lambda: spent[0])
     selection = Selection(budget, 10 ** 9)
     assert selection.expected_seconds("loss") == 0.0
     for i, (reduction, seconds) in enumerate([("sum", 7.0), ("mean", 2.0)]):
@@ -259,7 +262,7 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
         assert selection.next_call(f"t{i}") is call
         selection.checked_here(call, seconds)
         assert selection.expected_seconds("loss") == (7.0 if i == 0 else 2.0)
-    budget.spent = 6.0  # a value after its test leaves half the budget to ops called later: 6 + 2 <= 10
+    spent[0] = 6.0  # a value after its test leaves half the budget to ops called later: 6 + 2 <= 10
     none = loss_call("loss", torch.float32, "none", "t2")
     selection.offer(none, lambda: ((), {}))
     assert selection.next_call("t2") is none
