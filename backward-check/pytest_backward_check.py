@@ -32,7 +32,7 @@ import pytest
 
 MODES = ("report", "fail")
 SPELLINGS_OF_ON = ("1", "true", "yes", "y", "on")
-EVERYTHING = "all"
+BUDGET_ALL = "all"
 
 
 def pytest_addoption(parser):
@@ -123,7 +123,7 @@ def options_of(config):
     accepting = accepting or os.environ.get("BACKWARD_CHECK_ACCEPT", "").lower() in SPELLINGS_OF_ON
     budget = option.backward_check_budget.strip().lower()
     try:
-        budget = None if budget == EVERYTHING else float(budget.removesuffix("x"))
+        budget = None if budget == BUDGET_ALL else float(budget.removesuffix("x"))
     except ValueError:
         budget = -1.0
     if budget is not None and not budget > 0:

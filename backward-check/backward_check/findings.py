@@ -15,11 +15,11 @@ import collections
 import dataclasses
 
 from .selection import BUDGET, ELSEWHERE, LIMIT, MEMORY, TIER_WORDS
-from .verdicts import FAULT, TRAPS, UNDECIDED, UNSTABLE, Verdict
+from .verdicts import FAULT, TRAPPED, UNDECIDED, UNSTABLE, Verdict
 
 AFTER_ITS_TEST, AT_THE_END = "after its test", "at the session's end"
 ARGUMENTS_WIDTH, TEST_WIDTH = 50, 46
-EVERYTHING = "--backward-check-budget=all"   # the one option that checks every signature
+ALL_OPTION = "--backward-check-budget=all"   # the one option that checks every signature
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ class Checked:
     def shown(self):
         """The verdict for the table: the traps not accepted after TRAP, the accepted ones in parentheses after them,
         or 'accepted (...)' alone where the accepted file lists every trap found."""
-        if self.verdict.status == TRAPS:
+        if self.verdict.status == TRAPPED:
             kept = [t for t in self.verdict.traps if t in self.accepted]
             if not self.failing:
                 return f"accepted ({'; '.join(kept)})"
@@ -194,7 +194,7 @@ def left_out_line(left_out, checked, options):
             by_why[why][tier] += 1
     total = sum(sum(tiers.values()) for why, tiers in by_why.items() if why != ELSEWHERE)
     parts = []
-    for why, words in ((BUDGET, f"past the time budget ({EVERYTHING} checks them)"),
+    for why, words in ((BUDGET, f"past the time budget ({ALL_OPTION} checks them)"),
                        (MEMORY, "dropped to hold the copies within --backward-check-memory"),
                        (LIMIT, f"past --backward-check-limit {options.limit}")):
         tiers = by_why.get(why)
@@ -220,7 +220,7 @@ def never_checked_line(findings):
     if not never:
         return []
     whys = set().union(*never.values())
-    how = {BUDGET: f"{EVERYTHING} checks them", MEMORY: "a larger --backward-check-memory keeps their copies"}
+    how = {BUDGET: f"{ALL_OPTION} checks them", MEMORY: "a larger --backward-check-memory keeps their copies"}
     hint = "; ".join(how[why] for why in (BUDGET, MEMORY) if why in whys)
     return [f"{len(never)} op{'s' if len(never) > 1 else ''} never checked: {', '.join(never)}"
             + (f"; {hint}" if hint else "")]

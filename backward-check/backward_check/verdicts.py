@@ -3,15 +3,15 @@ workers hand the controller, and what the table prints. It imports neither torch
 (findings.py) stands on it alone."""
 import dataclasses
 
-CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
+CLEAN, TRAPPED, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
     "unstable"
-CRASHES = "crashes"  # the trap a fault counts as, for the accepted file
+CRASH_TRAP = "crashes"  # the trap a fault counts as, for the accepted file
 
 
 @dataclasses.dataclass
 class Verdict:
     """What checking one recorded call found, in words the table prints."""
-    status: str               # CLEAN, TRAPS, UNDECIDED, NOT_CHECKED, FAULT or UNSTABLE
+    status: str               # CLEAN, TRAPPED, UNDECIDED, NOT_CHECKED, FAULT or UNSTABLE
     summary: str              # one line: the verdict as the table shows it
     report: str = ""          # the checker's report, or the account of the fault
     traps: tuple = ()         # trap names (a fault counts as "crashes")

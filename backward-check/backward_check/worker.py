@@ -39,7 +39,7 @@ from .context import FAULT_WORDS
 from .recording import CustomOpDef, importable_reference, resolve, restore_arguments, tensors_in
 
 # The verdict model is torch-free, in a module of its own (the table stands on it); here, where verdicts are made.
-from .verdicts import CLEAN, CRASHES, FAULT, NOT_CHECKED, TRAPS, UNDECIDED, UNSTABLE, Verdict
+from .verdicts import CLEAN, CRASH_TRAP, FAULT, NOT_CHECKED, TRAPPED, UNDECIDED, UNSTABLE, Verdict
 
 
 @dataclasses.dataclass
@@ -123,7 +123,7 @@ def check_once(op, job, args, kwargs, seed):
                        f"{type(error).__name__}: {error}"), False
     drew = generator_states() != seeded  # the checker's own draws come from generators of its own
     if report.traps:
-        return Verdict(TRAPS, "TRAP " + "; ".join(report.traps), _text(report), tuple(report.traps),
+        return Verdict(TRAPPED, "TRAP " + "; ".join(report.traps), _text(report), tuple(report.traps),
                        report.seconds), drew
     if report.undecided:
         return Verdict(UNDECIDED, "undecided (no trap found, but not every check could decide)", _text(report),
@@ -142,7 +142,7 @@ def check_call(op, job, args, kwargs):
     found is accepted: it fails nothing either way."""
     first, drew = check_once(op, job, args, kwargs, job.seed)
     on_gpu = any(t.is_cuda for t in tensors_in((args, kwargs)))
-    if first.status != TRAPS or not (drew or on_gpu) or set(first.traps) <= set(job.accepted):
+    if first.status != TRAPPED or not (drew or on_gpu) or set(first.traps) <= set(job.accepted):
         return first
     second, _ = check_once(op, job, args, kwargs, job.seed + 1)
     if set(second.traps) == set(first.traps):
@@ -174,7 +174,7 @@ def as_fault(verdict, account):
     named = next((line for line in lines if line.startswith("TRAP") and any(w in line for w in FAULT_WORDS)),
                  "a CUDA error, after the checker's calls")
     named = clip(re.sub(r"^TRAP\s+crashes:\s*", "", named).split("; the GPU context is lost")[0], 220)
-    return Verdict(FAULT, f"FAULT {named}", f"{account}:\n{verdict.report}", (CRASHES,), verdict.seconds)
+    return Verdict(FAULT, f"FAULT {named}", f"{account}:\n{verdict.report}", (CRASH_TRAP,), verdict.seconds)
 
 
 @contextlib.contextmanager
@@ -515,7 +515,7 @@ class CheckProcess:
         tail = fault_excerpt(self._log_tail(200))
         self._lost()
         report = account + (f"\nthe worker's last output:\n{tail}" if tail else "")
-        return Verdict(FAULT, f"FAULT {summary}", report, (CRASHES,), seconds)
+        return Verdict(FAULT, f"FAULT {summary}", report, (CRASH_TRAP,), seconds)
 
     def _answer(self, start):
         """(the Verdict the process sends, None), or (None, why) where it cannot import the op; a death or a hang

@@ -216,9 +216,9 @@ LONG_TEST = "tests/transformers/test_cross_entropy.py::test_correctness[1.0-dtyp
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
 def test_every_line_of_the_table_fits_its_width_and_test_ids_break_where_ids_break(width):
     from backward_check.findings import ARGUMENTS_WIDTH, TEST_ID_BREAKS, TEST_WIDTH, WIDE, Findings, table
-    from backward_check.worker import TRAPS
+    from backward_check.worker import TRAPPED
     findings = Findings()
-    findings.checked.append(checked("liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction", LONG_TEST, TRAPS,
+    findings.checked.append(checked("liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction", LONG_TEST, TRAPPED,
                                      ("writes into an input or a saved tensor", "assumes a uniform grad_output"),
                                      ("writes into an input or a saved tensor",)))
     findings.leave_out("mylib.LateOp", "k", "time budget", 0)

@@ -142,7 +142,7 @@ def test_a_trap_the_accepted_file_accepts_is_not_checked_again(tmp_path):
         assert worker.check_call(ops.SeedParity, job, (x,), {}).status == worker.UNSTABLE
         accepted = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("ignores grad_output",))
         verdict = worker.check_call(ops.SeedParity, accepted, (x,), {})
-        assert verdict.status == worker.TRAPS and verdict.traps == ("ignores grad_output",), verdict
+        assert verdict.status == worker.TRAPPED and verdict.traps == ("ignores grad_output",), verdict
         other = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("writes into an input or a saved tensor",))
         assert worker.check_call(ops.SeedParity, other, (x,), {}).status == worker.UNSTABLE
     finally:
