@@ -3,11 +3,11 @@
 While the suite's tests run, every call of a torch.autograd.Function's .apply, and of a torch.library custom op
 with a registered autograd, that gets an input which requires grad is recorded; each call with a new signature
 waits, with copies of its arguments, and is checked with check_backward against finite differences, in a worker
-process (backward_check/worker.py): after its test where it is the op's first or brings a value of an argument
+process (backward_check/plugin/worker.py): after its test where it is the op's first or brings a value of an argument
 not yet checked, and at the session's end otherwise, the most revealing first, within a time budget relative to the
-suite's own time (backward_check/selection.py). The session ends with a table of what was
-found (backward_check/findings.py). Under pytest-xdist each worker checks its own tests' calls, and the controller
-prints one table (backward_check/xdist.py). Off unless asked:
+suite's own time (backward_check/plugin/selection.py). The session ends with a table of what was
+found (backward_check/plugin/findings.py). Under pytest-xdist each worker checks its own tests' calls, and the
+controller prints one table (backward_check/plugin/xdist.py). Off unless asked:
 
     pytest --backward-check                  # report: a table at the end, no test fails for it
     pytest --backward-check=fail             # a trap fails the test that made the call
@@ -173,7 +173,7 @@ def after_a_space(config, path):
 def read_accepted(options):
     """{op: {trap: reason}} from the accepted file (a missing one is empty where this run will write it), and the
     pairs --backward-check-accept-only names; a pytest.UsageError says what is wrong with either."""
-    from backward_check.accepted import AcceptedFileError, parse, parse_named
+    from backward_check.plugin.accepted import AcceptedFileError, parse, parse_named
     try:
         named = parse_named(options.accept_only)
     except AcceptedFileError as error:
@@ -216,7 +216,7 @@ def pytest_configure(config):
         except package.UsageError as error:
             raise pytest.UsageError(f"--backward-check-compile: {error}") from None
     accepted, named = read_accepted(options)
-    from backward_check.xdist import is_controller
+    from backward_check.plugin.xdist import is_controller
     session_class = XdistController if is_controller(config) else BackwardCheckSession
     config.pluginmanager.register(session_class(options, accepted, named, config), NAME)
 
@@ -237,7 +237,7 @@ class Reporting:
     under =fail, and the table."""
 
     def __init__(self, options, accepted, named, config):
-        from backward_check.findings import Findings
+        from backward_check.plugin.findings import Findings
         self.options, self.accepted, self.named, self.config = options, accepted, named, config
         self.findings = Findings()
         self.rewritten = None   # a line on the accepted file, once this run wrote it
@@ -252,8 +252,8 @@ class Reporting:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def rewrite_accepted(self):
-        from backward_check.accepted import dumped, rewritten, without_reason
-        from backward_check.verdicts import NOT_CHECKED, UNSTABLE
+        from backward_check.plugin.accepted import dumped, rewritten, without_reason
+        from backward_check.plugin.verdicts import NOT_CHECKED, UNSTABLE
         decided = [c for c in self.findings.checked if c.verdict.status not in (NOT_CHECKED, UNSTABLE)]
         found = {}
         for c in decided:
@@ -274,8 +274,8 @@ class Reporting:
                            for op, trap in missing]
 
     def pytest_terminal_summary(self, terminalreporter):
-        from backward_check.accepted import without_reason
-        from backward_check.findings import table
+        from backward_check.plugin.accepted import without_reason
+        from backward_check.plugin.findings import table
         write = terminalreporter.write_line
         terminalreporter.write_sep("=", "backward-check")
         lines, sections = table(self.findings, self.accepted, self.options, terminal_width(terminalreporter))
@@ -306,10 +306,10 @@ class BackwardCheckSession(Reporting):
 
     def __init__(self, options, accepted, named, config):
         super().__init__(options, accepted, named, config)
-        from backward_check.recording import Recorder
-        from backward_check.selection import MEMORY_MIB, Budget, Selection
-        from backward_check.worker import Worker
-        from backward_check.xdist import Claims, worker_of
+        from backward_check.plugin.recording import Recorder
+        from backward_check.plugin.selection import MEMORY_MIB, Budget, Selection
+        from backward_check.plugin.worker import Worker
+        from backward_check.plugin.xdist import Claims, worker_of
         xdist = worker_of(config)
         self.worker_id, workers, folder = xdist or ("", 1, None)
         self.claims = Claims(folder, self.worker_id) if folder else None
@@ -378,7 +378,7 @@ class BackwardCheckSession(Reporting):
     def check_after(self, test):
         """Checks the test's calls that bring something new, best first, while the budget lasts; the Checked
         entries. Never raises: the plugin's own failure is a line in the table."""
-        from backward_check.findings import AFTER_ITS_TEST
+        from backward_check.plugin.findings import AFTER_ITS_TEST
         return self._check_while(lambda: self.selection.next_call(test), AFTER_ITS_TEST)
 
     def _check_while(self, next_call, when):
@@ -396,9 +396,9 @@ class BackwardCheckSession(Reporting):
     def check(self, call, when):
         """One call checked where it is safe to (the Checked entry), or None where another worker claimed it."""
         from backward_check.calling import clip
-        from backward_check.findings import Checked
-        from backward_check.verdicts import NOT_CHECKED, Verdict
-        from backward_check.worker import check_protected, job_of
+        from backward_check.plugin.findings import Checked
+        from backward_check.plugin.verdicts import NOT_CHECKED, Verdict
+        from backward_check.plugin.worker import check_protected, job_of
         if self.claims is not None and not self.claims.claim(call):
             self.selection.checked_elsewhere(call)
             return None
@@ -423,7 +423,7 @@ class BackwardCheckSession(Reporting):
     def write_repro(self, call, job, checked):
         """The call's repro (--backward-check-repro), named in the row's note; never the test's failure."""
         from backward_check.calling import clip
-        from backward_check.repro import write_repro
+        from backward_check.plugin.repro import write_repro
         try:
             script, why = write_repro(self.options.repro, call, job, checked.failing, call.test)
         except Exception as error:  # noqa: BLE001  (a folder it cannot write: a line in the table)
@@ -436,7 +436,7 @@ class BackwardCheckSession(Reporting):
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session):
         """After the last test: the calls still waiting, best first, while the budget lasts."""
-        from backward_check.findings import AT_THE_END
+        from backward_check.plugin.findings import AT_THE_END
         try:
             result = yield
         except BaseException:  # interrupted: no more checks
@@ -476,21 +476,21 @@ class XdistController(Reporting):
 
     def __init__(self, options, accepted, named, config):
         super().__init__(options, accepted, named, config)
-        from backward_check.xdist import new_claims_folder
+        from backward_check.plugin.xdist import new_claims_folder
         self.folder = new_claims_folder()
         self.findings.processes = 0
         self.silent = []   # workers that went down without their findings
 
     def stop(self):
-        from backward_check.xdist import remove_claims_folder
+        from backward_check.plugin.xdist import remove_claims_folder
         remove_claims_folder(self.folder)
 
     def pytest_configure_node(self, node):
-        from backward_check.xdist import CLAIMS
+        from backward_check.plugin.xdist import CLAIMS
         node.workerinput[CLAIMS] = self.folder
 
     def pytest_testnodedown(self, node, error):
-        from backward_check.findings import Findings
+        from backward_check.plugin.findings import Findings
         sent = getattr(node, "workeroutput", {}).get("backward_check")
         if sent is None:
             self.findings.problems.append(f"pytest-xdist worker {node.gateway.id} went down without its findings "
@@ -516,7 +516,7 @@ def accept_hint(pairs, options):
 
 
 def failure_message(checked, options):
-    from backward_check.verdicts import FAULT
+    from backward_check.plugin.verdicts import FAULT
     if checked.verdict.status == FAULT:
         found = f"faulted under the checker ({checked.verdict.summary.removeprefix('FAULT ')})"
     else:

@@ -366,8 +366,8 @@ def check_seconds(fn, args, extra, reference, profile=False):
 # the check_call there with the generators seeded, the verdict read back).
 
 def plugin_seconds(worker, fn, args):
-    from backward_check import recording
-    from backward_check.worker import job_of
+    from backward_check.plugin import recording
+    from backward_check.plugin.worker import job_of
     synchronize()
     start = time.perf_counter()
     no_grad = recording._no_grad_of(args, {})
@@ -626,7 +626,7 @@ def main():
     check_backward(Softplus, *warm, reference=F.softplus)
     worker = None
     if not options.no_plugin:
-        from backward_check.worker import Worker
+        from backward_check.plugin.worker import Worker
         worker = Worker(timeout=600.0)
         start = time.perf_counter()
         worker._started()

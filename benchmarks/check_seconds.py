@@ -80,7 +80,8 @@ def child(checker, rows, reduction):
     """One warm-up check and one timed check, with the checker found in checker; prints a JSON line."""
     sys.path.insert(0, str(Path(checker) / "backward-check"))
     import torch
-    from backward_check import DEVICE, worker
+    from backward_check import DEVICE
+    from backward_check.plugin import worker
     op = cross_entropy()
     generator = torch.Generator().manual_seed(rows)
 

@@ -5,7 +5,7 @@ wrong on purpose.
   graph by 1.5: a compiler that changes a backward, which the checker must name on every legal op.
 - PUBLIC: the public PyTorch issues in which torch.compile changes a correct Function's gradient, written as
   Functions that are right eagerly. Each names its issue; the verdict depends on the torch: named where the issue
-  affects it, clean where it is fixed (backward_check.compiled.KNOWN_ISSUES says which torch each was measured in).
+  affects it, clean where it is fixed (backward_check.checks.compiled.KNOWN_ISSUES says which torch each was measured in).
 - CUSTOM_OPS: torch.library custom ops, legal and planted, for opcheck's checks and the compiled backward.
 - TRITON_OPS: the chapter's kernels called directly (hardened_ops.TritonGELU) and through torch.library.triton_op
   (extras/triton_op.py): clean on a GPU; on the CPU, Triton's interpreter cannot be traced, and the check says so.
@@ -18,7 +18,7 @@ from checker_zoo import gelu, x35
 
 from compile_backends import scaling_backend
 
-from backward_check.compiled import IN_PLACE_IN_FORWARD, KNOWN_ISSUES, SAME_TENSOR_TWICE, torch_version
+from backward_check.checks.compiled import IN_PLACE_IN_FORWARD, KNOWN_ISSUES, SAME_TENSOR_TWICE, torch_version
 
 COMPILED = "wrong under torch.compile"
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from backward_check.truth import FD_MAX_CALLS
+from backward_check.checks.truth import FD_MAX_CALLS
 from chapter_scripts import REPO
 
 CHECKER = REPO / "practice/backward_checker.py"
@@ -191,7 +191,7 @@ def test_help_says_what_the_file_may_define():
 
 
 def test_help_says_what_finite_differences_do_past_their_budget():
-    """Past the budget of calls the gradient is checked along random directions (backward_check/truth.py), not
+    """Past the budget of calls the gradient is checked along random directions (backward_check/checks/truth.py), not
     refused, as --help once said."""
     help_text = " ".join(run("--help").stdout.split())
     assert f"element by element up to {FD_MAX_CALLS:,} calls of the op" in help_text, help_text

@@ -25,7 +25,8 @@ from checker_zoo_planted import PLANTED
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_checker import check_backward  # noqa: E402
-from backward_check import DEVICE, compile_backend, compiled  # noqa: E402
+from backward_check import DEVICE, compile_backend  # noqa: E402
+from backward_check.checks import compiled  # noqa: E402
 from backward_check.calling import UsageError  # noqa: E402
 from backward_check.report import COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU  # noqa: E402
 

@@ -147,7 +147,9 @@ def test_the_package_holds_the_checker_alone(installed):
     assert [(e.name, e.value) for e in plugins] == [("pytest_backward_check", "pytest_backward_check")]
     # Nothing of the repository's is reached through sys.path: the package never adds a folder to it. (The worker
     # takes on the suite's own sys.path, as it is at each check, so that it imports the suite's ops as the suite does.)
-    for path in [*(installed / "backward_check").glob("*.py"), installed / "pytest_backward_check.py"]:
+    modules = [p for p in (installed / "backward_check").rglob("*.py") if "tests" not in p.parts]
+    assert {p.parent.name for p in modules} == {"backward_check", "checks", "plugin"}, modules
+    for path in [*modules, installed / "pytest_backward_check.py"]:
         text = path.read_text()
         assert "hardened_ops" not in text.replace("hardened_ops.py", ""), path.name
         # the command line alone puts a folder first: the user's file's own, as Python does for a script it runs
@@ -355,7 +357,7 @@ def test_a_patch_that_fails_or_records_nothing_is_a_usage_error_and_is_undone(mo
     why and leaves torch as it found it."""
     from torch._library.custom_ops import CustomOpDef
 
-    from backward_check.recording import Recorder
+    from backward_check.plugin.recording import Recorder
     function = torch.autograd.Function
     torch_apply, torch_call = inspect.getattr_static(function, "apply"), CustomOpDef.__dict__["__call__"]
     simulate(monkeypatch, torch_apply)
@@ -365,7 +367,7 @@ def test_a_patch_that_fails_or_records_nothing_is_a_usage_error_and_is_undone(mo
 
 
 def test_the_usage_error_names_the_releases_the_version_matrix_runs():
-    from backward_check.recording import Recorder
+    from backward_check.plugin.recording import Recorder
     spec = importlib.util.spec_from_file_location("version_matrix", REPO / "tools" / "version_matrix.py")
     matrix = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(matrix)

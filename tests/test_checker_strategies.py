@@ -11,7 +11,7 @@ from checker_zoo import (CrossEntropyPerRow, LeakyScale, MulHonouringNeeds, dgel
 sys.path.insert(0, str(REPO / "practice"))
 from backward_check import strategies  # noqa: E402
 from backward_check.calling import Slot  # noqa: E402
-from backward_check.truth import relative_error  # noqa: E402
+from backward_check.checks.truth import relative_error  # noqa: E402
 from backward_checker import Sample, UsageError, check_backward  # noqa: E402
 
 
@@ -165,7 +165,7 @@ def test_directions_made_again_judge_as_directions_held(monkeypatch):
     """Twelve directions of a large input are more memory than the input: past KEPT_ELEMENTS they are drawn
     again from their streams each time a gradient is judged along them, never held. The verdicts are the
     same as with the directions held."""
-    from backward_check import truth
+    from backward_check.checks import truth
     big = seeded_randn(300, 400, seed=5)
     right = one_input(torch.tanh, lambda x, g: g * (1 - torch.tanh(x) ** 2), "TanhBig")
     no_chain = one_input(torch.tanh, lambda x, g: 1 - torch.tanh(x) ** 2, "TanhNoChainRuleBig")
@@ -277,7 +277,7 @@ def test_the_report_is_short_and_names_the_section_on_a_line_of_its_own():
 
 def test_finite_differences_agree_with_autograd_on_a_smooth_op():
     from backward_check.calling import Op
-    from backward_check.truth import FiniteDifferences
+    from backward_check.checks.truth import FiniteDifferences
     x, g = seeded_randn(2, 3, seed=50), seeded_randn(2, 3, seed=51)
     op = Op(torch.sin, (x,), {})
     fd = FiniteDifferences(op, op.values, graded=[0])
@@ -288,7 +288,7 @@ def test_finite_differences_agree_with_autograd_on_a_smooth_op():
 
 def test_a_float32_kernel_under_float64_inputs_is_differenced_at_float32s_step():
     from backward_check.calling import Op
-    from backward_check.truth import FiniteDifferences
+    from backward_check.checks.truth import FiniteDifferences
     from checker_zoo import SiLUInFloat32
     op = Op(SiLUInFloat32, (seeded_randn(3, 5, seed=52),), {})
     assert FiniteDifferences(op, op.values, graded=[0]).computed == torch.float32

@@ -270,7 +270,7 @@ def test_check_cost_breakdown_times_each_check_and_profiles_it():
     """--breakdown's parts run on any device (on a GPU it profiles Liger's kernels): on a small op here, one run of
     the check, each check that ran named with its seconds, the set-up, the profiler's wall clock, and its table."""
     import torch
-    from backward_check import worker
+    from backward_check.plugin import worker
     sys.path.insert(0, str(REPO / "tests"))
     from checker_zoo import one_input
 

@@ -74,18 +74,30 @@ PACKAGE_LOADER = """
 
 def make_package(name, sources, given):
     \"\"\"A package built from {module: source} in memory (the last source is its __init__), its
-    modules in the order given; `given` are the names its sources import from files left out here.\"\"\"
-    package = types.ModuleType(name)
-    package.__path__ = []
-    sys.modules[name] = package
+    modules in the order given (a dotted one, checks.truth, in a subpackage made for it); `given` are
+    the names its sources import from files left out here.\"\"\"
+    def package_module(dotted):
+        if dotted not in sys.modules:
+            made = types.ModuleType(dotted)
+            made.__path__, made.__package__ = [], dotted
+            sys.modules[dotted] = made
+            if "." in dotted:
+                parent, _, child = dotted.rpartition(".")
+                setattr(package_module(parent), child, made)
+        return sys.modules[dotted]
+
+    package = package_module(name)
     for module, source in sources.items():
-        target = package if module == "__init__" else types.ModuleType(f"{name}.{module}")
-        target.__package__ = name
-        target.__dict__.update(given)
-        if target is not package:
+        if module == "__init__":
+            target = package
+        else:
+            parent = package_module(f"{name}.{module}".rpartition(".")[0])
+            target = types.ModuleType(f"{name}.{module}")
+            target.__package__ = parent.__name__
             sys.modules[target.__name__] = target
-            setattr(package, module, target)
-        exec(compile(source, f"{name}/{module}.py", "exec"), target.__dict__)
+            setattr(parent, module.rpartition(".")[2], target)
+        target.__dict__.update(given)
+        exec(compile(source, f"{name}/{module.replace('.', '/')}.py", "exec"), target.__dict__)
     return package
 
 
@@ -94,24 +106,38 @@ from backward_check import check_backward  # noqa: E402
 """
 
 
-# The pytest plugin's own modules, and the command line: a library's test suite or a terminal runs them, a
-# notebook never does.
-PLUGIN_MODULES = ("recording", "worker", "selection", "findings", "accepted", "xdist", "verdicts", "repro", "cli")
+# The pytest plugin's own modules (its subpackage), assert_backward for a test suite, and the command line: a library's
+# test suite or a terminal runs them, a notebook never does.
+PLUGIN_MODULES = ("cli", "testing")
+SUBPACKAGES = ("checks",)  # the check families; plugin/ and tests/ stay out
 
 
 def package_order(package):
-    """The package's modules, each after those it imports (from . import x, from .x import y), __init__ last;
-    the plugin's own modules left out."""
+    """The package's modules, each after those it imports (from . import x, from .x import y, from ..x import y),
+    __init__ last; a subpackage's modules dotted (checks.truth); the plugin's own modules left out."""
+    paths = [p for p in sorted(package.glob("*.py")) if p.stem not in PLUGIN_MODULES]
+    paths += [p for sub in SUBPACKAGES for p in sorted((package / sub).glob("*.py")) if p.stem != "__init__"]
+    known = {(p.stem if p.parent == package else f"{p.parent.name}.{p.stem}") for p in paths}
+
+    def resolved(where, node):
+        """The modules of this package that an ImportFrom in module `where` names."""
+        base = where.split(".")[:-1][:len(where.split(".")) - node.level]  # the importing module's package, up
+        if node.level == 0:
+            return set()
+        prefix = ".".join(base + ([node.module] if node.module else []))
+        names = {prefix} if node.module else set()
+        names |= {f"{prefix}.{alias.name}" if prefix else alias.name for alias in node.names}
+        return names & known
+
     needs = {}
-    for path in sorted(package.glob("*.py")):
-        if path.stem in PLUGIN_MODULES:
-            continue
+    for path in paths:
+        where = path.stem if path.parent == package else f"{path.parent.name}.{path.stem}"
         tree = ast.parse(path.read_text())
         imported = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                imported |= {node.module} if node.module else {alias.name for alias in node.names}
-        needs[path.stem] = imported - {path.stem}
+            if isinstance(node, ast.ImportFrom):
+                imported |= resolved(where, node)
+        needs[where] = imported - {where}
     order = []
     while len(order) < len(needs):
         ready = sorted(m for m, deps in needs.items() if m not in order and m != "__init__" and deps <= set(order))
@@ -125,12 +151,12 @@ def checker_code():
     package = REPO / "backward-check" / "backward_check"
     sources, given = [], []
     for module in package_order(package):
-        original = (package / f"{module}.py").read_text()
+        original = (package / f"{module.replace('.', '/')}.py").read_text()
         given += [alias.name for node in ast.parse(original).body if isinstance(node, ast.ImportFrom)
                   and node.module in LOCAL_MODULES for alias in node.names if alias.name not in given]
         text = without_local_imports(original)
         if "\'\'\'" in text or text.endswith("\\\n"):
-            raise SystemExit(f"backward-check/backward_check/{module}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
+            raise SystemExit(f"backward-check/backward_check/{module.replace('.', '/')}.py cannot be held in r\'\'\'...\'\'\': it holds \'\'\'")
         sources.append(f'    "{module}": r\'\'\'\n{text}\'\'\',\n')
     # What the exercises' grading imports from the package, as exercise_kit.py imports it.
     kit = ast.parse((PRACTICE / "exercise_kit.py").read_text())

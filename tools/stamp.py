@@ -20,9 +20,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKER_FILES = ("backward-check/backward_check/*.py", "backward-check/pytest_backward_check.py",
+CHECKER_FILES = ("backward-check/backward_check/*.py", "backward-check/backward_check/checks/*.py",
+                 "backward-check/backward_check/plugin/*.py", "backward-check/pytest_backward_check.py",
                  "practice/backward_checker.py")
-STAMP_WORDS = "sha256 of backward-check/backward_check/*.py, backward-check/pytest_backward_check.py and practice/backward_checker.py"
+STAMP_WORDS = ("sha256 of backward-check/backward_check/{,checks/,plugin/}*.py, backward-check/pytest_backward_check.py "
+               "and practice/backward_checker.py")
 
 
 def checker_files(root=REPO):

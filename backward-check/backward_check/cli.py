@@ -23,7 +23,7 @@ from . import DEVICE, Sample, UsageError, check_backward
 from .calling import _forward_parameters, clip
 from .report import CRASHES
 from .runner import FORWARD
-from .truth import DIRECTIONS, FD_MAX_CALLS, FD_MAX_S
+from .checks.truth import DIRECTIONS, FD_MAX_CALLS, FD_MAX_S
 
 __all__ = ["main", "run"]
 

@@ -17,10 +17,10 @@ import os
 
 import torch
 
-from . import compiled, returned, second_order, state, strides, uses, values, writes
+from .checks import compiled, returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import UsageError, clip, is_function
-from .context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
+from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,

@@ -63,7 +63,8 @@ def breakdown(op, job, arguments, say, top=12):
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    from backward_check import runner, worker
+    from backward_check import runner
+    from backward_check.plugin import worker
     took = collections.Counter()
     attempt = runner.attempt
 
@@ -109,8 +110,8 @@ def breakdown(op, job, arguments, say, top=12):
 
 def recorded(op, args, copies, nbytes):
     """The call of op on args as the plugin records it (copies: copy_value's of args), and its job."""
-    from backward_check import worker
-    from backward_check.recording import RecordedCall, signature_of
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import RecordedCall, signature_of
     signature, described = signature_of(args, {}, {})
     call = RecordedCall(op, f"{op.__module__}.{op.__qualname__}", signature, described, (), "t", nbytes, copies, {})
     return call, worker.job_of(call, ())
@@ -119,7 +120,7 @@ def recorded(op, args, copies, nbytes):
 def launches(call, job, say):
     """Round trips of call through a worker whose launches wait for each kernel (the default) and one whose do not,
     alternately, twice each (after one round trip that starts both and compiles)."""
-    from backward_check import worker
+    from backward_check.plugin import worker
     was = os.environ.get("CUDA_LAUNCH_BLOCKING")
     workers = {}
     try:
@@ -159,8 +160,8 @@ def main():
         return 2
     import stamp
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-    from backward_check import worker
-    from backward_check.recording import copy_value, restore_value
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, restore_value
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name()}",

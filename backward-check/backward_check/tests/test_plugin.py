@@ -171,7 +171,7 @@ def test_every_signature_of_an_op_is_checked_the_first_after_its_test(report_run
 def test_a_long_signature_stays_in_its_column(report_run):
     """The arguments go on in their column on the next line, so the test, the seconds and the verdict stand where
     every other row has them."""
-    from backward_check.findings import ARGUMENTS_WIDTH
+    from backward_check.plugin.findings import ARGUMENTS_WIDTH
     output, _, _ = report_run
     rows = row(output, "suite_ops.ManyArguments", whole=True)
     first, more = rows[0], rows[1]
@@ -288,7 +288,7 @@ def test_fail_mode_fails_the_run_for_a_trap_found_at_the_sessions_end(pytester):
 def test_accept_writes_every_trap_found_and_asks_for_the_reasons(pytester):
     """Each op checked lists what it showed, in the file's newer shape: a reason already written is kept, a trap
     accepted for the first time asks for one; an op this run never called keeps its entry, old shape or not."""
-    from backward_check.accepted import REASON_WANTED
+    from backward_check.plugin.accepted import REASON_WANTED
     write_suite(pytester.path, FAIL_SUITE)
     accepted = pytester.path / "accepted.json"
     accepted.write_text(json.dumps({"suite_ops.IgnoresGradOutput": ["a wrong formula"], "other::op": ["crashes"],
@@ -314,7 +314,7 @@ def test_accept_only_writes_the_pairs_it_names(pytester):
                             "--backward-check-accept-only", "suite_ops.ScalesGradInPlace=mutates grad_output in place",
                             "--backward-check-accept-only", "suite_ops.IgnoresGradOutput=a wrong formula")
     result.assert_outcomes(passed=2)
-    from backward_check.accepted import REASON_WANTED
+    from backward_check.plugin.accepted import REASON_WANTED
     assert json.loads(accepted.read_text()) == {"suite_ops.ScalesGradInPlace": {
         "mutates grad_output in place": REASON_WANTED}}
     assert "not written, since this run did not find it: suite_ops.IgnoresGradOutput=a wrong formula" in \
@@ -374,7 +374,7 @@ def test_a_wrong_option_is_a_usage_error_without_a_traceback(pytester, monkeypat
 ], ids=["contiguous", "transposed", "padded", "stride-0-row", "stride-0-all", "narrow-of-large"])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_a_recorded_input_is_a_copy_laid_out_as_the_tests(make, requires_grad):
-    from backward_check.recording import copy_tensor, layout_of
+    from backward_check.plugin.recording import copy_tensor, layout_of
     original = make().requires_grad_(requires_grad)
     copied = copy_tensor(original)
     restored = copied.tensor()
@@ -404,8 +404,8 @@ def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
     """A call that passes w frozen, then one that wants w's gradient: the check of the second is told that callers
     freeze w (position 1), and never x."""
     import backward_check
-    from backward_check import worker
-    from backward_check.recording import Recorder
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import Recorder
     offered = []
 
     def keep(call, copy):

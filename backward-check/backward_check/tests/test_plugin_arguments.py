@@ -230,7 +230,7 @@ def test_the_suite_passes_under_the_plugin_and_every_call_is_recorded(report):
 ], ids=lambda value: value if "." not in value[:4] else None)
 def test_each_argument_is_shown_in_its_row(report, op, words):
     """A row's arguments, its first line's column and the lines that go on with it, read back whole."""
-    from backward_check.findings import ARGUMENTS_WIDTH
+    from backward_check.plugin.findings import ARGUMENTS_WIDTH
     _, output = report
     arguments = []
     for line in row(output, op, whole=True):
@@ -299,8 +299,8 @@ class Quiet:
 
 
 def protected_verdict(monkeypatch, fork, cuda):
-    from backward_check import worker
-    from backward_check.recording import copy_value, signature_of, RecordedCall
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, signature_of, RecordedCall
     monkeypatch.setattr(worker, "can_fork", lambda: fork)
     monkeypatch.setattr(worker, "cuda_initialised", lambda: cuda)
     args = (torch.randn(3, 4, requires_grad=True), lambda t: t)
@@ -396,8 +396,8 @@ def test_a_call_the_test_expects_to_raise_is_not_checked(tmp_path):
 # -- the worker process, started while the test that made the first call still runs -------------------------
 
 def doubles_call():
-    from backward_check import worker
-    from backward_check.recording import copy_value, signature_of, RecordedCall
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, signature_of, RecordedCall
     args = (torch.randn(3, 4, requires_grad=True), 2.0)
     signature, described = signature_of(args, {}, {})
     call = RecordedCall(Doubles, f"{__name__}.Doubles", signature, described, (), "t", 0, copy_value(args), {})
@@ -407,7 +407,7 @@ def doubles_call():
 def test_the_worker_starts_early_and_the_first_check_waits_for_what_is_left():
     """prestart launches the process and returns at once; the check then waits for it to be ready (the wait is what
     the table counts) and is checked there, in the one process started."""
-    from backward_check import worker
+    from backward_check.plugin import worker
     started = worker.Worker(timeout=120.0)
     try:
         started.prestart()
@@ -422,7 +422,7 @@ def test_the_worker_starts_early_and_the_first_check_waits_for_what_is_left():
 
 
 def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_fault():
-    from backward_check import worker
+    from backward_check.plugin import worker
     started = worker.Worker(timeout=120.0)
     try:
         started.prestart()
@@ -476,7 +476,7 @@ def parcel_files(folder):
 @pytest.fixture
 def parcels_here(monkeypatch, tmp_path):
     """parcel_of writes into tmp_path, which the test then reads."""
-    from backward_check import worker
+    from backward_check.plugin import worker
     monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [str(tmp_path)])
     return tmp_path
 
@@ -485,8 +485,8 @@ def parcels_here(monkeypatch, tmp_path):
 def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_changes_nothing_else(parcels_here):
     """The copies go to the worker in a file it maps (no copy through the pipe); the mapping is private, so an op
     that writes into its input changes neither the file nor the suite's copies."""
-    from backward_check import worker
-    from backward_check.recording import copy_value, restore_value
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, restore_value
     x = torch.randn(300, 200)
     copies = copy_value((x, 2.0))
     parcel = worker.parcel_of({"job": copies}, x.nbytes)
@@ -511,8 +511,8 @@ def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_change
 
 
 def test_where_no_folder_has_room_the_parcel_is_bytes(monkeypatch):
-    from backward_check import worker
-    from backward_check.recording import copy_value, restore_value
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, restore_value
     monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [])
     x = torch.randn(30, 20)
     kind, value = parcel = worker.parcel_of({"job": copy_value((x,))}, x.nbytes)
@@ -526,7 +526,7 @@ def test_a_folder_where_the_parcel_would_take_more_than_its_share_is_passed_over
     most an eighth of a folder's room, so one of 16 MiB goes to the temporary folder instead, and where no folder has
     the room, through the pipe."""
     import shutil
-    from backward_check import worker
+    from backward_check.plugin import worker
     monkeypatch.setattr(worker.tempfile, "gettempdir", lambda: str(tmp_path))  # never /dev/shm itself (TMPDIR)
     real = shutil.disk_usage
     assert str(tmp_path) in worker._folders_for_parcels(10 ** 6)
@@ -542,7 +542,7 @@ def test_a_folder_where_the_parcel_would_take_more_than_its_share_is_passed_over
 
 def test_a_parcel_pickle_refuses_raises_and_leaves_no_file(parcels_here):
     import pickle
-    from backward_check import worker
+    from backward_check.plugin import worker
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError), match="lambda"):
         worker.parcel_of({"job": (torch.randn(3), lambda v: v)}, 12)
     assert parcel_files(parcels_here) == []
@@ -550,7 +550,7 @@ def test_a_parcel_pickle_refuses_raises_and_leaves_no_file(parcels_here):
 
 def test_a_parcel_interrupted_while_written_leaves_no_file(parcels_here, monkeypatch):
     """Ctrl-C, or a test's timeout, while torch.save writes half a GiB."""
-    from backward_check import worker
+    from backward_check.plugin import worker
 
     def interrupted(value, out):
         out.write(b"part of a parcel")
@@ -566,7 +566,7 @@ def test_a_parcel_interrupted_while_written_leaves_no_file(parcels_here, monkeyp
 def test_a_check_in_the_worker_leaves_no_parcel_behind(parcels_here):
     """Neither the file (the worker removes it once mapped, the suite after the answer) nor the worker's mapping of it,
     which would hold its pages in shared memory until the next check."""
-    from backward_check import worker
+    from backward_check.plugin import worker
     started = worker.Worker(timeout=120.0)
     written = []
     parcel_of = worker.parcel_of
@@ -592,7 +592,7 @@ def test_a_check_in_the_worker_leaves_no_parcel_behind(parcels_here):
 def test_a_check_sent_as_bytes_is_answered_and_the_worker_goes_on(monkeypatch):
     """Where no folder has room the parcel goes through the pipe, apart from the message that announces it; the next
     check, a file again, is answered too."""
-    from backward_check import worker
+    from backward_check.plugin import worker
     started = worker.Worker(timeout=120.0)
     try:
         call, job = doubles_call()

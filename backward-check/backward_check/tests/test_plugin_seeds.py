@@ -1,10 +1,10 @@
-"""pytest --backward-check's verdicts repeat from run to run (backward-check/backward_check/worker.py): each check
-seeds torch's, Python's and NumPy's generators from the op and its signature, so that an op whose backward draws
-from them (an iterative solve from a random start) is judged on the same draws whatever was checked before it in
-the worker (a backward that draws from torch's generator is seeded alike at every call the checker compares, and
+"""pytest --backward-check's verdicts repeat from run to run (backward-check/backward_check/plugin/worker.py): each
+check seeds torch's, Python's and NumPy's generators from the op and its signature, so that an op whose backward
+draws from them (an iterative solve from a random start) is judged on the same draws whatever was checked before it
+in the worker (a backward that draws from torch's generator is seeded alike at every call the checker compares, and
 said to draw, its sampled gradient's comparisons undecided); and a check that finds a trap in an op that draws from
-Python's or NumPy's generator is run again with the next seed, a verdict that changes between the two being shown
-as unstable, with both, and failing no test.
+Python's or NumPy's generator is run again with the next seed, a verdict that changes between the two being shown as
+unstable, with both, and failing no test.
 """
 import re
 
@@ -111,8 +111,8 @@ def test_a_verdict_that_changes_with_the_seed_is_unstable_shows_both_and_fails_n
     """The signature's seed is odd, so its first check finds the trap, and the check again, with the next seed,
     does not."""
     import torch
-    from backward_check.recording import signature_of
-    from backward_check.worker import seed_of
+    from backward_check.plugin.recording import signature_of
+    from backward_check.plugin.worker import seed_of
     signature, _ = signature_of((torch.zeros(5, 3, requires_grad=True),), {}, {})
     assert seed_of("seed_ops.SeedParity", signature) % 2 == 1, "the op's seed is no longer odd: flip its parity"
     (code, whole), _ = runs
@@ -131,7 +131,7 @@ def test_a_trap_the_accepted_file_accepts_is_not_checked_again(tmp_path):
     import importlib
     import sys
     import torch
-    from backward_check import worker
+    from backward_check.plugin import worker
     (tmp_path / "seed_ops.py").write_text(OPS)
     sys.path.insert(0, str(tmp_path))
     try:

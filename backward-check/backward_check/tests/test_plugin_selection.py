@@ -1,5 +1,5 @@
-"""Which signatures pytest --backward-check checks (backward-check/backward_check/selection.py): the ones that can
-reveal most, within a time budget, with the copies held within a memory bound.
+"""Which signatures pytest --backward-check checks (backward-check/backward_check/plugin/selection.py): the ones that
+can reveal most, within a time budget, with the copies held within a memory bound.
 
 A small loss library of this file's own, shaped like a fused cross-entropy: its backward is right for
 reduction='sum' and 'mean', whose grad_output is one number, and wrong for 'none', where it multiplies every row
@@ -16,7 +16,7 @@ import sys
 import pytest
 from backward_check.tests.plugin_runs import row, run_pytest
 
-from backward_check.selection import BUDGET_FLOOR_SECONDS
+from backward_check.plugin.selection import BUDGET_FLOOR_SECONDS
 
 LOSSES = '''
 import torch
@@ -148,7 +148,7 @@ def test_a_value_not_yet_checked_goes_before_a_dtype(tmp_path):
 def loss_call(name, dtype, reduction, test, rank=2, smoothing=0.0):
     """A RecordedCall of the loss, as the recorder makes it (signature and all), without a process."""
     import torch
-    from backward_check.recording import RecordedCall, signature_of
+    from backward_check.plugin.recording import RecordedCall, signature_of
     logits = torch.zeros((3,) * rank, dtype=dtype, requires_grad=True)
     target = torch.zeros(3, dtype=torch.long)
     signature, described = signature_of((logits, target, reduction, smoothing), {}, {})
@@ -159,7 +159,7 @@ class Checks:
     """A budget that allows `allowed` checks, and the selection over it."""
 
     def __init__(self, allowed, memory_bytes=10 ** 9, limit=None):
-        from backward_check.selection import Budget, Selection
+        from backward_check.plugin.selection import Budget, Selection
         self.spent = 0.0
         self.budget = Budget(factor=1.0, floor=allowed, clock=lambda: 0.0,  # the suite's time held still
                              plugin_seconds=lambda: self.spent)
@@ -200,7 +200,7 @@ def test_a_budget_of_a_few_checks_takes_every_value_first(allowed):
 def mode_call(op, value, test):
     """A call of op on a 3 x 4 tensor and one mode argument, as the recorder makes it."""
     import torch
-    from backward_check.recording import RecordedCall, signature_of
+    from backward_check.plugin.recording import RecordedCall, signature_of
     signature, described = signature_of((torch.zeros(3, 4, requires_grad=True), value), {}, {})
     return RecordedCall(None, op, signature, f"{op} {value}", (), test, nbytes=100)
 
@@ -234,7 +234,7 @@ def test_the_budget_is_the_suites_wall_clock_less_the_plugins():
     """The suite's own time is its wall clock since the plugin started (collection, imports and compiling count:
     a GPU suite spends most of its time there), less the plugin's own seconds; the budget is factor times that, and
     at least the floor."""
-    from backward_check.selection import Budget
+    from backward_check.plugin.selection import Budget
     now, spent = [100.0], [0.0]
     budget = Budget(factor=1.0, floor=20.0, clock=lambda: now[0], plugin_seconds=lambda: spent[0])
     now[0], spent[0] = 150.0, 10.0
@@ -251,7 +251,7 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
     after a first check of 7 s and a second of 2 s, with 14 s of budget left, of which a value checked after its test
     leaves 10 s (half the budget) to ops called later, a third fits in the other 4 (2 s expected, not 4.5)."""
     import torch
-    from backward_check.selection import Budget, Selection
+    from backward_check.plugin.selection import Budget, Selection
     spent = [0.0]
     budget = Budget(factor=1.0, floor=20.0, clock=lambda: 0.0, plugin_seconds=lambda: spent[0])
     selection = Selection(budget, 10 ** 9)
@@ -285,7 +285,7 @@ def test_a_slow_collection_counts_as_the_suites_time(tmp_path):
 
 def test_the_tiers_value_dtype_shape_then_combinations():
     import torch
-    from backward_check.selection import COMBINATION, DTYPE, FIRST, SHAPE, VALUE, features, tier
+    from backward_check.plugin.selection import COMBINATION, DTYPE, FIRST, SHAPE, VALUE, features, tier
     first = loss_call("loss", torch.float32, "sum", "t")
     covered = set(features(first.signature))
     assert tier(features(first.signature), None) == FIRST
@@ -299,8 +299,8 @@ def test_the_tiers_value_dtype_shape_then_combinations():
 
 def test_none_against_a_tensor_is_a_new_value():
     import torch
-    from backward_check.recording import signature_of
-    from backward_check.selection import VALUE, features, tier
+    from backward_check.plugin.recording import signature_of
+    from backward_check.plugin.selection import VALUE, features, tier
     x = torch.zeros(3, requires_grad=True)
     with_bias, _ = signature_of((x, torch.zeros(3)), {}, {})
     without, _ = signature_of((x, None), {}, {})
@@ -312,7 +312,7 @@ def test_a_number_that_changes_in_every_test_makes_a_handful_of_signatures():
     """The first few values of a number are told apart, then only its sign: 0, 1.5, 2.5, 3.5 and 4.5 make five
     keys, and a hundred more positive floats none."""
     import torch
-    from backward_check.recording import NUMBER_VALUES_TOLD_APART, signature_of
+    from backward_check.plugin.recording import NUMBER_VALUES_TOLD_APART, signature_of
     x = torch.zeros(3, requires_grad=True)
     told_apart = {}
     signatures = {signature_of((x, v), {}, told_apart)[0] for v in [0.0, 1.5, 2.5, 3.5, 4.5, -1.0, -2.0]}
@@ -327,7 +327,7 @@ def test_the_memory_bound_drops_the_least_revealing_copies_first():
     """Room for two calls' copies, held by two combinations of what was checked: a call that brings a new value
     pushes out the later one, and a third combination is not copied at all."""
     import torch
-    from backward_check.selection import COMBINATION, MEMORY, VALUE
+    from backward_check.plugin.selection import COMBINATION, MEMORY, VALUE
     checks = Checks(allowed=10, memory_bytes=2000)
     for i, (dtype, reduction, smoothing) in enumerate([(torch.float32, "sum", 0.0), (torch.float64, "none", 0.1)]):
         checks.offer(loss_call("loss", dtype, reduction, f"t{i}", smoothing=smoothing))

@@ -1,4 +1,4 @@
-"""pytest --backward-check under pytest-xdist (backward-check/backward_check/xdist.py): each worker records and
+"""pytest --backward-check under pytest-xdist (backward-check/backward_check/plugin/xdist.py): each worker records and
 checks its own tests' calls, and the controller prints one table. A signature is checked once across workers,
 however many of them make the call (under --dist each, both workers run every test); =fail fails the test that made
 the call on whichever worker ran it, and the run for a trap found at a worker's end; the accepted file is read by
@@ -107,9 +107,9 @@ def test_under_dist_each_every_signature_is_checked_once_and_accept_writes_the_f
 def test_a_signature_one_worker_left_out_and_another_checked_is_not_counted_left_out():
     """The controller's table counts a signature left out only where no worker checked it, and once however many
     workers left it out."""
-    from backward_check.findings import Checked, Findings, table
-    from backward_check.selection import BUDGET, COMBINATION, ELSEWHERE, VALUE
-    from backward_check.worker import CLEAN, Verdict
+    from backward_check.plugin.findings import Checked, Findings, table
+    from backward_check.plugin.selection import BUDGET, COMBINATION, ELSEWHERE, VALUE
+    from backward_check.plugin.worker import CLEAN, Verdict
     from pytest_backward_check import Options
     first, second = Findings(), Findings()
     first.checked.append(Checked("op", "float32 1-d", "t", Verdict(CLEAN, "clean"), (), worker="gw0", key="x"))
@@ -131,8 +131,8 @@ def test_a_worker_without_the_shared_folder_checks_its_calls_itself(tmp_path):
     """A worker on another machine does not see the controller's folder: it claims every signature for itself
     (the table then shows a signature checked on two machines twice, and says so)."""
     import torch
-    from backward_check.recording import RecordedCall, signature_of
-    from backward_check.xdist import Claims
+    from backward_check.plugin.recording import RecordedCall, signature_of
+    from backward_check.plugin.xdist import Claims
     signature, described = signature_of((torch.zeros(3, requires_grad=True),), {}, {})
     claims = Claims(str(tmp_path / "not-here"), "gw0")
     assert claims.claim(RecordedCall(None, "op", signature, described, (), "t", 0)) and claims.others() == []

@@ -4,14 +4,14 @@ import math
 
 import torch
 
-from .calling import is_function
+from ..calling import is_function
 from .context import OpFaulted, OpRaised
-from .report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
+from ..report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
                      LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding,
                      Note, Passed, Undecided)
 from .returned import direct_backward
 from .state import right_on_a_new_shape
-from .strategies import describe_shapes, grow, growth_plans, protected_sizes, randn, uniform_like
+from ..strategies import describe_shapes, grow, growth_plans, protected_sizes, randn, uniform_like
 from .strides import laid_out_as
 from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 

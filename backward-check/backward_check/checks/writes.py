@@ -2,9 +2,9 @@
 of the same tensor reads it too), and a backward may not change what it saved."""
 import torch
 
-from .calling import carries_gradient, clip, flatten, seeded_call, seeded_grad
+from ..calling import carries_gradient, clip, flatten, seeded_call, seeded_grad
 from .context import OpRaised, frozen_sets, largest_change, reraise_fault
-from .report import BUFFER_UPDATED, KEEPS_STATE, MUTATES_GRAD_OUTPUT, WRITES, Finding, Note, Passed
+from ..report import BUFFER_UPDATED, KEEPS_STATE, MUTATES_GRAD_OUTPUT, WRITES, Finding, Note, Passed
 from .truth import flat
 
 

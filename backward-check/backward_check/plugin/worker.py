@@ -34,8 +34,8 @@ import zlib
 
 import torch
 
-from .calling import clip
-from .context import FAULT_WORDS
+from ..calling import clip
+from ..checks.context import FAULT_WORDS
 from .recording import CustomOpDef, importable_reference, resolve, restore_arguments, tensors_in
 
 # The verdict model is torch-free, in a module of its own (the table stands on it); here, where verdicts are made.
@@ -106,8 +106,8 @@ def _text(report):
 def check_once(op, job, args, kwargs, seed):
     """check_backward on one recorded call, with the generators seeded, as a Verdict; a usage error or the
     checker's own failure is 'not checked', never a raise. Also whether the op drew from the generators."""
-    from . import Sample, UsageError, check_backward
-    from .compile_backend import backend_from_environment, backend_from_text
+    from .. import Sample, UsageError, check_backward
+    from ..compile_backend import backend_from_environment, backend_from_text
     seed_everything(seed)
     seeded = generator_states()
     # Keywords past no_grad only where they say something: a check_backward stood in by a test need not take them.
@@ -251,7 +251,7 @@ def _log_to(log_path):
 
 
 def _announcing(connection):
-    from . import calling
+    from .. import calling
     calling.LISTENERS.append(lambda what: connection.send(("call", what)))
 
 
@@ -477,7 +477,7 @@ class CheckProcess:
                                        name="backward-check worker", daemon=True)
         # Each kernel launch waits for its kernel, so a CUDA fault surfaces at the call that caused it; without a
         # GPU, the op's Triton kernels run in the interpreter, which the suite's process need not have switched on.
-        from .backend import DEVICE
+        from ..backend import DEVICE
         interpreter = {"TRITON_INTERPRET": "1"} if DEVICE.type == "cpu" else {}
         with _environment(CUDA_LAUNCH_BLOCKING="1", **interpreter):
             self.process.start()

@@ -1,9 +1,9 @@
 """create_graph=True: refuse loudly, or be right (Chapter 16: a kernel's output carries no graph)."""
 import torch
 
-from .calling import forward, seeded_grad
+from ..calling import forward, seeded_grad
 from .context import OpRaised, reraise_fault
-from .report import SECOND_ORDER, Finding, Passed, Undecided
+from ..report import SECOND_ORDER, Finding, Passed, Undecided
 from .truth import TOLERANCE, flat, relative_error
 
 

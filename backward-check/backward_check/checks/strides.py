@@ -2,11 +2,11 @@
 judged against the op itself on the same values made contiguous, so it needs no reference."""
 import torch
 
-from .calling import UsageError
+from ..calling import UsageError
 from .context import OpRaised, largest_change
-from .report import (CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT, MUTATES_GRAD_OUTPUT, REFUSED,
+from ..report import (CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT, LAID_OUT_LIKE_INPUT, MUTATES_GRAD_OUTPUT, REFUSED,
                      Finding, Note, Passed)
-from .strategies import input_layouts_for, layout_words, layouts_for
+from ..strategies import input_layouts_for, layout_words, layouts_for
 from .truth import flat, relative_error
 
 # torch's words for an in-place write into a tensor whose elements share memory (a stride-0 grad_output)

@@ -2,7 +2,7 @@
 import torch
 
 from .context import OpRaised
-from .report import EVERY_OUTPUT_USED, RETURNS_WRONG, SINGLE_USE, Finding, Passed, Undecided
+from ..report import EVERY_OUTPUT_USED, RETURNS_WRONG, SINGLE_USE, Finding, Passed, Undecided
 
 
 def fan_in(context, check):

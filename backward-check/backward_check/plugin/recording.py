@@ -22,7 +22,7 @@ import weakref
 
 import torch
 
-from .calling import clip, read_by
+from ..calling import clip, read_by
 
 try:  # torch.library.custom_op (torch 2.4 and later): the type of what it returns
     from torch._library.custom_ops import CustomOpDef

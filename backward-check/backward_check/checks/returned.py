@@ -2,9 +2,9 @@
 or drops it (Chapter 15: one gradient per input, each like its input)."""
 import torch
 
-from .calling import backward_method, carries_gradient
+from ..calling import backward_method, carries_gradient
 from .context import OpRaised, raised
-from .report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
+from ..report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
 
 
 def direct_backward(context, frozen=()):

@@ -32,9 +32,9 @@ import time
 
 import torch
 
-from .calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call, seeded_grad
-from .contracts import found, projection
-from .strategies import BLOCK, generator, randn_flat
+from ..calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call, seeded_grad
+from ..contracts import found, projection
+from ..strategies import BLOCK, generator, randn_flat
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 1.6e-2}

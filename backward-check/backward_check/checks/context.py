@@ -12,9 +12,9 @@ import math
 
 import torch
 
-from .calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
-from .report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
-from .strategies import describe_shapes, input_layouts_for, randn
+from ..calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
+from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
+from ..strategies import describe_shapes, input_layouts_for, randn
 from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, flat, narrowest, relative_error
 
 # autograd's own words when it refuses what a backward returned

@@ -30,16 +30,16 @@ import warnings
 
 import torch
 
-from .compile_backend import backend_name
-from .calling import announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
+from ..compile_backend import backend_name
+from ..calling import announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
 from .context import copies, reraise_fault
-from .report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
-from .strategies import layouts_for
+from ..report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
+from ..strategies import layouts_for
 from .truth import ROUNDING_TIMES, flat, neighbourhood, relative_error
 
 COMPILE_OPTION = "compile"
 # The package's folder (in the practice notebook its modules run from source, named backward_check/<module>.py).
-PACKAGE = os.path.dirname(os.path.abspath(globals().get("__file__", "backward_check/compiled.py")))
+PACKAGE = os.path.dirname(os.path.abspath(globals().get("__file__", "backward_check/checks/compiled.py")))
 
 
 def torch_version():

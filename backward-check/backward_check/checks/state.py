@@ -1,7 +1,7 @@
 """State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
 from .context import OpFaulted
-from .report import KEEPS_STATE, Finding, Passed, Undecided
-from .strategies import grow, growth_plans, jittered_inputs, randn
+from ..report import KEEPS_STATE, Finding, Passed, Undecided
+from ..strategies import grow, growth_plans, jittered_inputs, randn
 from .truth import TOLERANCE, Truth, flat, relative_error
 
 # Two calls of a stateless op give the same gradient, but for the order of a nondeterministic sum

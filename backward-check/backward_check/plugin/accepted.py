@@ -11,7 +11,7 @@ already given are kept, and a trap accepted for the first time gets REASON_WANTE
 import difflib
 import json
 
-from .report import TRAPS
+from ..report import TRAPS
 
 REASON_WANTED = "why is this by design? (replace this with the reason)"
 SHAPE = ('an object of op names, each with an object of trap names and the reason each is by design: '
