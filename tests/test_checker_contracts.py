@@ -12,8 +12,7 @@ from checker_zoo_contracts import (LEGAL, PLANTED, CountsTimesRate, Gaps, LogOfP
                                    log_of_normalised, probabilities, sorted_edges, spd, sym)
 
 sys.path.insert(0, str(REPO / "practice"))
-from backward_check.checks import contracts  # noqa: E402
-from backward_check import strategies  # noqa: E402
+from backward_check import contracts, strategies  # noqa: E402
 from backward_check.calling import Slot  # noqa: E402
 from backward_check.report import CONTRACT  # noqa: E402
 from backward_checker import check_backward  # noqa: E402
