@@ -57,14 +57,14 @@ def seconds(fn):
 
 
 def breakdown(op, job, arguments, say, top=12):
-    """One run of the check (worker.check_once: one seed) on arguments() (fresh args and kwargs each run), each of the
+    """One run of the check (child.check_once: one seed) on arguments() (fresh args and kwargs each run), each of the
     checker's checks timed alone, the GPU's work included; then the same run under torch.profiler: the GPU's busy
     time, and the kernels and operators that take most. Runs on any device (the tests run it on the CPU)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     from backward_check import runner
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     took = collections.Counter()
     attempt = runner.attempt
 
@@ -79,7 +79,7 @@ def breakdown(op, job, arguments, say, top=12):
 
     runner.attempt = timed
     try:
-        (verdict, _), total = seconds(lambda: worker.check_once(op, job, *arguments(), job.seed))
+        (verdict, _), total = seconds(lambda: child.check_once(op, job, *arguments(), job.seed))
     finally:
         runner.attempt = attempt
     say(f"  one run of the check: {total:6.2f} s  {verdict.summary[:90]}")
@@ -90,7 +90,7 @@ def breakdown(op, job, arguments, say, top=12):
     on_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with profile(activities=activities) as profiled:
-        _, total = seconds(lambda: worker.check_once(op, job, *arguments(), job.seed))
+        _, total = seconds(lambda: child.check_once(op, job, *arguments(), job.seed))
     events = profiled.key_averages()
     device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
     # The GPU's busy time: its kernels' own time (torch's table sums the same; a CPU operator's device time repeats
@@ -110,7 +110,7 @@ def breakdown(op, job, arguments, say, top=12):
 
 def recorded(op, args, copies, nbytes):
     """The call of op on args as the plugin records it (copies: copy_value's of args), and its job."""
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     from backward_check.plugin.recording import RecordedCall, signature_of
     signature, described = signature_of(args, {}, {})
     call = RecordedCall(op, f"{op.__module__}.{op.__qualname__}", signature, described, (), "t", nbytes, copies, {})
@@ -120,7 +120,7 @@ def recorded(op, args, copies, nbytes):
 def launches(call, job, say):
     """Round trips of call through a worker whose launches wait for each kernel (the default) and one whose do not,
     alternately, twice each (after one round trip that starts both and compiles)."""
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     was = os.environ.get("CUDA_LAUNCH_BLOCKING")
     workers = {}
     try:
@@ -160,7 +160,7 @@ def main():
         return 2
     import stamp
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     from backward_check.plugin.recording import copy_value, restore_value
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
@@ -185,7 +185,7 @@ def main():
         if options.breakdown:
             copies = copy_value(args)
             call, job = recorded(LigerCrossEntropyFunction, args, copies, nbytes)
-            worker.check_once(LigerCrossEntropyFunction, job, restore_value(copies), {}, job.seed)  # compiles
+            child.check_once(LigerCrossEntropyFunction, job, restore_value(copies), {}, job.seed)  # compiles
             breakdown(LigerCrossEntropyFunction, job, lambda: (restore_value(copies), {}), say)
             continue
         # The recording's copy, and the same into pinned memory (a comparison only: the plugin copies as above).
@@ -199,7 +199,7 @@ def main():
         parcel, took = seconds(lambda: worker.parcel_of(sent, nbytes))
         say(f"  parcel: written to a file ({parcel[0]} in {os.path.dirname(parcel[1]) if parcel[0] == 'file' else '-'})"
             f"  {took:6.2f}")
-        received, took = seconds(lambda: restore_value(worker.unpacked(*parcel)["job"]))
+        received, took = seconds(lambda: restore_value(child.unpacked(*parcel)["job"]))
         say(f"  parcel: mapped and put on the GPU                  {took:6.2f}")
         worker.remove_parcel(parcel)
         buffer, took = seconds(lambda: (lambda b: (torch.save(sent, b), b.getvalue())[1])(io.BytesIO()))

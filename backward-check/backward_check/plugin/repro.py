@@ -29,7 +29,7 @@ import torch
 
 from backward_check import Sample, check_backward
 from backward_check.plugin.recording import resolve, restore_arguments
-from backward_check.plugin.worker import seed_everything
+from backward_check.plugin.child import seed_everything
 
 op = resolve({module!r}, {qualname!r}, {{{module!r}: importlib.import_module({module!r})}})
 args, kwargs = restore_arguments(*torch.load(Path(__file__).with_name({data!r}), weights_only=False))

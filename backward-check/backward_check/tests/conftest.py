@@ -16,6 +16,6 @@ import pkgutil
 import backward_check
 import torch._dynamo  # noqa: F401
 
-for _module in pkgutil.iter_modules(backward_check.__path__):
-    if _module.name != "tests":
-        importlib.import_module(f"backward_check.{_module.name}")
+for _module in pkgutil.walk_packages(backward_check.__path__, "backward_check."):
+    if not _module.name.startswith("backward_check.tests"):
+        importlib.import_module(_module.name)

@@ -204,7 +204,7 @@ def options():
 
 def checked(op, test, verdict_status="clean", traps=(), accepted=()):
     from backward_check.plugin.findings import Checked
-    from backward_check.plugin.worker import Verdict
+    from backward_check.plugin.verdicts import Verdict
     summary = "clean" if not traps else "TRAP " + "; ".join(traps)
     return Checked(op, "float32 2-d, int64 1-d, 'none', 0.0", test, Verdict(verdict_status, summary, "report",
                                                                              tuple(traps), 1.5), tuple(accepted))
@@ -216,7 +216,7 @@ LONG_TEST = "tests/transformers/test_cross_entropy.py::test_correctness[1.0-dtyp
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
 def test_every_line_of_the_table_fits_its_width_and_test_ids_break_where_ids_break(width):
     from backward_check.plugin.findings import ARGUMENTS_WIDTH, TEST_ID_BREAKS, TEST_WIDTH, WIDE, Findings, table
-    from backward_check.plugin.worker import TRAPPED
+    from backward_check.plugin.verdicts import TRAPPED
     findings = Findings()
     findings.checked.append(checked("liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction", LONG_TEST, TRAPPED,
                                      ("writes into an input or a saved tensor", "assumes a uniform grad_output"),

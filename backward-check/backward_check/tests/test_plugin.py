@@ -404,7 +404,7 @@ def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
     """A call that passes w frozen, then one that wants w's gradient: the check of the second is told that callers
     freeze w (position 1), and never x."""
     import backward_check
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     from backward_check.plugin.recording import Recorder
     offered = []
 
@@ -428,7 +428,7 @@ def test_the_inputs_the_suite_passed_frozen_go_to_the_checker(monkeypatch):
         raise backward_check.UsageError("seen")
 
     monkeypatch.setattr(backward_check, "check_backward", check_backward)
-    verdict, _ = worker.check_once(Affine, job, job.args, job.kwargs, job.seed)
+    verdict, _ = child.check_once(Affine, job, job.args, job.kwargs, job.seed)
     assert verdict.summary == "not checked: seen" and seen == {"no_grad": (), "frozen_by_callers": (1,)}
 
 

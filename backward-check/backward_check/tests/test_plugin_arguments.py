@@ -485,14 +485,14 @@ def parcels_here(monkeypatch, tmp_path):
 def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_changes_nothing_else(parcels_here):
     """The copies go to the worker in a file it maps (no copy through the pipe); the mapping is private, so an op
     that writes into its input changes neither the file nor the suite's copies."""
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     from backward_check.plugin.recording import copy_value, restore_value
     x = torch.randn(300, 200)
     copies = copy_value((x, 2.0))
     parcel = worker.parcel_of({"job": copies}, x.nbytes)
     try:
         assert parcel[0] == "file" and parcel_files(parcels_here) == [parcels_here / parcel[1].split("/")[-1]]
-        loaded = worker.unpacked(*parcel)["job"]
+        loaded = child.unpacked(*parcel)["job"]
         mapped = loaded[0].flat
         if sys.platform.startswith("linux"):  # mapped, not read into memory of its own
             assert parcel[1] in open("/proc/self/maps").read()
@@ -502,7 +502,7 @@ def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_change
         received[0].mul_(-1)  # the op's write, in the worker: into a tensor of its own
         received[0].resize_(10 ** 5)  # and a resize, which a mapped storage refuses
         mapped.mul_(-1)  # even a write into the mapping itself stays in this process (a private mapping)
-        again = restore_value(worker.unpacked(*parcel)["job"])[0]
+        again = restore_value(child.unpacked(*parcel)["job"])[0]
         torch.testing.assert_close(again, x, rtol=0, atol=0)
         torch.testing.assert_close(restore_value(copies)[0], x, rtol=0, atol=0)
     finally:
@@ -511,13 +511,13 @@ def test_a_parcel_is_a_file_the_worker_maps_and_an_op_that_writes_into_it_change
 
 
 def test_where_no_folder_has_room_the_parcel_is_bytes(monkeypatch):
-    from backward_check.plugin import worker
+    from backward_check.plugin import child, worker
     from backward_check.plugin.recording import copy_value, restore_value
     monkeypatch.setattr(worker, "_folders_for_parcels", lambda nbytes: [])
     x = torch.randn(30, 20)
     kind, value = parcel = worker.parcel_of({"job": copy_value((x,))}, x.nbytes)
     assert kind == "bytes" and isinstance(value, bytes)
-    torch.testing.assert_close(restore_value(worker.unpacked(*parcel)["job"])[0], x, rtol=0, atol=0)
+    torch.testing.assert_close(restore_value(child.unpacked(*parcel)["job"])[0], x, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(__import__("os").name != "posix", reason="parcels are files only where POSIX removes a mapped file")

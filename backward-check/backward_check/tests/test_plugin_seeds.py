@@ -131,7 +131,7 @@ def test_a_trap_the_accepted_file_accepts_is_not_checked_again(tmp_path):
     import importlib
     import sys
     import torch
-    from backward_check.plugin import worker
+    from backward_check.plugin import verdicts, worker
     (tmp_path / "seed_ops.py").write_text(OPS)
     sys.path.insert(0, str(tmp_path))
     try:
@@ -139,12 +139,12 @@ def test_a_trap_the_accepted_file_accepts_is_not_checked_again(tmp_path):
         x = torch.randn(5, 3, requires_grad=True)
         odd = 1  # the first check finds the trap, the second (seed 2) does not
         job = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd)
-        assert worker.check_call(ops.SeedParity, job, (x,), {}).status == worker.UNSTABLE
+        assert worker.check_call(ops.SeedParity, job, (x,), {}).status == verdicts.UNSTABLE
         accepted = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("ignores grad_output",))
         verdict = worker.check_call(ops.SeedParity, accepted, (x,), {})
-        assert verdict.status == worker.TRAPPED and verdict.traps == ("ignores grad_output",), verdict
+        assert verdict.status == verdicts.TRAPPED and verdict.traps == ("ignores grad_output",), verdict
         other = worker.Job("seed_ops.SeedParity", (x,), {}, (), (), odd, ("writes into an input or a saved tensor",))
-        assert worker.check_call(ops.SeedParity, other, (x,), {}).status == worker.UNSTABLE
+        assert worker.check_call(ops.SeedParity, other, (x,), {}).status == verdicts.UNSTABLE
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("seed_ops", None)

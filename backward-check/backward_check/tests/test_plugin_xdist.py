@@ -109,7 +109,7 @@ def test_a_signature_one_worker_left_out_and_another_checked_is_not_counted_left
     workers left it out."""
     from backward_check.plugin.findings import Checked, Findings, table
     from backward_check.plugin.selection import BUDGET, COMBINATION, ELSEWHERE, VALUE
-    from backward_check.plugin.worker import CLEAN, Verdict
+    from backward_check.plugin.verdicts import CLEAN, Verdict
     from pytest_backward_check import Options
     first, second = Findings(), Findings()
     first.checked.append(Checked("op", "float32 1-d", "t", Verdict(CLEAN, "clean"), (), worker="gw0", key="x"))
