@@ -157,7 +157,7 @@ def test_the_package_holds_the_checker_alone(installed):
         assert [i.strip() for i in inserts] == ([] if path.name != "cli.py" else
                                                 ["sys.path.insert(0, str(path.resolve().parent))"]), (path.name, inserts)
         writes = re.findall(r"^\s*sys\.path\b.*=.*$", text, flags=re.M)
-        assert writes == ([] if path.name != "worker.py" else ["        sys.path[:] = path"]), (path.name, writes)
+        assert writes == ([] if path.name != "child.py" else ["        sys.path[:] = path"]), (path.name, writes)
 
 
 def files_under(folder):
