@@ -64,7 +64,7 @@ def breakdown(op, job, arguments, say, top=12):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     from backward_check import runner
-    from backward_check.plugin import child, worker
+    from backward_check.plugin import child
     took = collections.Counter()
     attempt = runner.attempt
 
@@ -110,7 +110,7 @@ def breakdown(op, job, arguments, say, top=12):
 
 def recorded(op, args, copies, nbytes):
     """The call of op on args as the plugin records it (copies: copy_value's of args), and its job."""
-    from backward_check.plugin import child, worker
+    from backward_check.plugin import worker
     from backward_check.plugin.recording import RecordedCall, signature_of
     signature, described = signature_of(args, {}, {})
     call = RecordedCall(op, f"{op.__module__}.{op.__qualname__}", signature, described, (), "t", nbytes, copies, {})
@@ -120,7 +120,7 @@ def recorded(op, args, copies, nbytes):
 def launches(call, job, say):
     """Round trips of call through a worker whose launches wait for each kernel (the default) and one whose do not,
     alternately, twice each (after one round trip that starts both and compiles)."""
-    from backward_check.plugin import child, worker
+    from backward_check.plugin import worker
     was = os.environ.get("CUDA_LAUNCH_BLOCKING")
     workers = {}
     try:
