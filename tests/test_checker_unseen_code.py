@@ -12,6 +12,7 @@
   is the exact solution's: finite differences are stepped wider for the forward's own noise, measured from the op.
 - Round numbers that are no index (a covariance factor of tenths) are differenced like any other values: see
   test_checker_contracts.py, test_round_values_that_are_not_integers_are_differenced.
+- Complex inputs (an NUFFT library's Functions): see test_checker_complex.py.
 - Round four (a solver library's suite): a forward that takes from its options dict gets the dict as its caller
   made it, afresh for each call; the tensors a callable object holds are the ones it reads, passed themselves.
 """
@@ -267,45 +268,6 @@ def test_a_forward_computed_to_a_tolerance_is_held_to_its_own_noise(shape, tol, 
         assert "stepped wider where the forward moves in steps of its own" in report.checked, str(report)
     if tol < 1e-5:  # a coarser grid's differences are too loose to tell one cause from another
         assert check_backward(inverse_by_bisection(tol, slope_bug=1.05), y).traps == ["a wrong formula"]
-
-
-COMPLEX_SUITE = """
-import torch
-
-
-class ComplexScale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, z, w):
-        ctx.save_for_backward(w)
-        return z * w
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        w, = ctx.saved_tensors
-        return grad_output * w.conj(), None
-
-
-def test_complex():
-    z = torch.randn(4, 3, dtype=torch.complex64, requires_grad=True)
-    ComplexScale.apply(z, torch.randn(4, 3, dtype=torch.complex64)).abs().sum().backward()
-"""
-
-
-def test_an_op_called_with_complex_inputs_is_named_with_why_it_is_not_checked(tmp_path):
-    """Before, an op whose only inputs wanting a gradient were complex went unrecorded, and the table said no
-    Function was called with an input that requires grad, which is false. Now its row names it, not checked,
-    and why; check_backward says the same as a usage error."""
-    (tmp_path / "test_complex_op.py").write_text(COMPLEX_SUITE)
-    status, output = run_pytest(tmp_path, "--backward-check")
-    assert status == 0, output
-    assert "no autograd.Function or custom op was called" not in output, output
-    complex_row = row(output, "test_complex_op.ComplexScale", whole=True)
-    assert "not checked" in complex_row[0] and "complex" in " ".join(complex_row), output
-    namespace = {}
-    exec(COMPLEX_SUITE, namespace)
-    z = torch.randn(4, 3, dtype=torch.complex64).requires_grad_(True)
-    with pytest.raises(UsageError, match="does not check complex gradients"):
-        check_backward(namespace["ComplexScale"], z, torch.randn(4, 3, dtype=torch.complex64))
 
 
 class Adjoint(torch.autograd.Function):

@@ -12,7 +12,8 @@ from typing import Any
 from .backend import BACKEND, DEVICE  # first: picks the backend before triton is imported
 from . import runner
 from .compile_backend import backend_for
-from .calling import Op, Sample, UsageError
+from .calling import ComplexOutputs, Op, Sample, UsageError
+from .complex_parts import on_real_parts, takes_complex
 from .report import ALL_TRAPS, TRAPS, Finding, Note, Passed, Report, Trap, Undecided
 
 __all__ = ["check_backward", "Sample", "Report", "Finding", "Note", "Undecided", "Passed", "Trap", "TRAPS",
@@ -29,7 +30,9 @@ def check_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., 
 
     fn: a torch.autograd.Function subclass (called through .apply, its forward's signature bound,
     defaults kept) or any callable. args, kwargs: what its forward takes; floating-point tensors
-    get gradients, everything else passes through unchanged. Tensors are moved to the kernels'
+    get gradients, everything else passes through unchanged; complex tensors (arguments and outputs) are
+    checked through their real and imaginary parts, under PyTorch's convention for complex gradients
+    (complex_parts). Tensors are moved to the kernels'
     device, unless a function argument reads some of them: then every tensor stays where it is, and
     the checker writes the values it tries into the very tensors the function reads. Or pass one
     Sample(*args, **kwargs) instead, which keeps the op's arguments apart from the checker's options
@@ -57,13 +60,29 @@ def check_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., 
         if len(args) > 1 or kwargs:
             raise UsageError("pass the op's arguments either in one Sample or after the op, not both")
         args, kwargs = args[0].args, args[0].kwargs
+    backend = backend_for(compile, DEVICE)
+    options = {"no_grad": no_grad, "frozen_by_callers": frozen_by_callers, "second_order": second_order,
+               "grow": grow, "compile_backend": backend, "made_per_call": made_per_call}
+    if takes_complex(args, kwargs):
+        report = _checked(*on_real_parts(fn, args, kwargs, reference), name, **options)
+    else:
+        try:
+            report = _checked(fn, args, kwargs, reference, None, name, **options)
+        except ComplexOutputs:  # real inputs, complex outputs: again, on the outputs' real and imaginary parts
+            report = _checked(*on_real_parts(fn, args, kwargs, reference), name, **options)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _checked(fn, args, kwargs, reference, note, name, *, no_grad, frozen_by_callers, second_order, grow,
+             compile_backend, made_per_call):
+    """The Report of check_backward's checks of fn on args and kwargs (note first, where one is given)."""
     op = Op(fn, args, kwargs, device=DEVICE, no_grad=no_grad, frozen_by_callers=frozen_by_callers)
     if op.kept and reference is not None:
         raise UsageError(f"{', '.join(f'`{op.slots[i].name}`' for i in op.kept)} of {op.name} "
                          f"{'is' if len(op.kept) == 1 else 'are'} read by a function argument, which a reference "
                          f"given the checker's copies could not read: leave reference out (finite differences step "
                          f"those very tensors)")
-    backend = backend_for(compile, DEVICE)
     report = Report(name or op.name)
     with warnings.catch_warnings():
         # A kernel fed a layout it misreads computes on whatever memory it reads; the interpreter's NumPy
@@ -71,10 +90,9 @@ def check_backward(fn: Callable[..., Any], *args: Any, reference: Callable[..., 
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
         try:
             outcomes, report.checked = runner.run(op, reference, second_order=second_order, grow_inputs=grow,
-                                                  compile_backend=backend, made_per_call=made_per_call)
+                                                  compile_backend=compile_backend, made_per_call=made_per_call)
         finally:
             op.restore()  # the tensors a function argument reads hold what they held
-    for outcome in outcomes:
+    for outcome in ([note] if note else []) + outcomes:
         report.add(outcome)
-    report.seconds = time.perf_counter() - start
     return report

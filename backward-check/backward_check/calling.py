@@ -29,6 +29,11 @@ class UsageError(ValueError):
     """The checker was called wrongly (not the op's fault): the command line exits 2 on it."""
 
 
+class ComplexOutputs(UsageError):
+    """The op returns complex tensors that carry a gradient, and took none: check_backward checks it again on their
+    real and imaginary parts (complex_parts)."""
+
+
 class Sample:
     """The op's own arguments, kept apart from the checker's options (as OpInfo's SampleInput is):
     check_backward(op, Sample(x, target, reduction="none", reference=r), reference=my_reference)
@@ -146,6 +151,8 @@ class Slot:
     name: str
     value: object
     given: str = "positional"
+    parts: bool = False  # a complex value held as its real and imaginary parts (complex_parts): its last dimension
+
 
     @property
     def differentiable(self):
@@ -191,22 +198,16 @@ class Op:
         else:
             self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
             self.slots += [Slot(k, k, v, "keyword") for k, v in kwargs.items()]
-        complex_inputs = [f"`{s.name}`" for s in self.slots
-                          if isinstance(s.value, torch.Tensor) and s.value.is_complex() and s.value.requires_grad]
-        if complex_inputs:
-            raise UsageError(f"{self.name} takes complex {', '.join(complex_inputs)} requiring grad, and the checker "
-                             f"does not check complex gradients (PyTorch's convention for them, the conjugate "
-                             f"Wirtinger derivative, is what torch.autograd.gradcheck checks): check it with "
-                             f"gradcheck, or pass the real and imaginary parts as real tensors")
+        for slot in self.slots:
+            slot.parts = slot.name in getattr(fn, "parts", ())
         if self.function:  # Function.apply passes no keywords: keyword-only parameters keep their defaults
             if any(isinstance(s.key, str) and s.given != "default" for s in self.slots):
                 raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
             self.slots = [s for s in self.slots if not isinstance(s.key, str)]
-        unsupported = [s.name for s in self.slots if _holds_tensors(s.value) or
-                       (isinstance(s.value, torch.Tensor) and s.value.is_complex())]
+        unsupported = [s.name for s in self.slots if _holds_tensors(s.value)]
         if unsupported:
-            raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors or a complex tensor, "
-                             f"which the checker does not take: wrap the op in a function of real tensors")
+            raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors, which the checker does "
+                             f"not take: wrap the op in a function that takes the tensors one by one")
         no_grad = self.positions(no_grad, "no_grad")
         self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and i not in no_grad]
         # The inputs a function argument reads (`f, *phi`; `net, *net.parameters()`): f closes over these very

@@ -79,6 +79,7 @@ COMPILE_REFUSED = "torch.compile fails on the op"
 NEEDS_A_GPU = "needs a GPU"
 DRAWS_IN_BACKWARD = "draws random numbers in its backward"
 MADE_PER_CALL = "a class made per call"
+COMPLEX_PARTS = "complex values checked as their parts"
 OTHER = "other"
 
 

@@ -19,7 +19,7 @@ import torch
 
 from .checks import compiled, returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
-from .calling import UsageError, clip, is_function
+from .calling import ComplexOutputs, UsageError, clip, is_function
 from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
@@ -309,6 +309,8 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         crash = Finding(FORWARD, CRASHES, f"the forward raised: {raised.message}", error=type(raised.error).__name__)
         return [crash], describe_shapes(op.values)
     if not given.outputs:
+        if any(t.is_complex() and t.requires_grad for t in given.first.outputs):
+            raise ComplexOutputs(f"{op.name} returns complex tensors")
         raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
     try:
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)

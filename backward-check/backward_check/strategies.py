@@ -259,7 +259,8 @@ def growth_plans(values, slots, grown_inputs):
     different sizes (so a square input stops being square, and a shape[0] for shape[1] shows); the
     second keeps equal sizes equal, everywhere (a matrix product's inner dimensions). A symmetric input
     stays square in both."""
-    tensors = {i: values[i] for i in grown_inputs}
+    # a complex input held as its parts (complex_parts) grows along its own dimensions, never the parts' last
+    tensors = {i: values[i][..., 0] if slots[i].parts else values[i] for i in grown_inputs}
     if not tensors:  # every input is one a function argument reads (its shape is the function's), or none grows
         return [], "no input may change its shape"
     largest = max(tensors.values(), key=lambda t: t.numel())

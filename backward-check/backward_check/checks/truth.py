@@ -451,6 +451,8 @@ class FiniteDifferences:
             n = values[i].numel()
             columns = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
                 else torch.arange(n, device="cpu")
+            if sample and op.slots[i].parts:  # a complex element's two parts together (complex_parts)
+                columns = torch.unique(torch.cat([columns - columns % 2, columns - columns % 2 + 1]))
             self.columns[i] = self._within_contract(i, columns)
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         self.directions = {}  # input: its RandomDirections

@@ -166,7 +166,7 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     if got[i] is None:
         return finding(RETURNS_WRONG, "backward returned None for it, though it needs a gradient (autograd takes "
                                       "None as zeros)")
-    stop = stops_short(got[i], expected, i)
+    stop = stops_short(got[i], expected, i, context.op.slots[i].parts)
     if stop and not right_for_uniform(context, i):
         return finding(COVERS_PART, f"{stop}: the grid, or the mask, stops short of the tail")
     if not context.grown and not right_for_uniform(context, i):
@@ -375,9 +375,11 @@ RIGHT_PREFIX = 16
 TAIL_WRONG = 0.5
 
 
-def stops_short(got, expected, i):
+def stops_short(got, expected, i, parts=False):
     """'the first k of n elements of the gradient are right and the rest wrong' where input i's gradient
-    is right on a prefix of at least RIGHT_PREFIX elements and wrong from there on; else ''."""
+    is right on a prefix of at least RIGHT_PREFIX elements and wrong from there on; else ''. parts: input i is a
+    complex input's real and imaginary parts side by side (complex_parts), so an element is a pair of them, wrong
+    where either is (a backward that forgets a conjugate is wrong in every other part, from the first)."""
     sample = expected.sample(got, i)
     index = expected.indices[i]
     want = expected.grads[i]
@@ -392,13 +394,19 @@ def stops_short(got, expected, i):
     rounding = expected.fine[i] if expected.fine[i] is not None else torch.zeros_like(want)
     allowed = expected.tolerance[i] * max(want.abs().max().item(), 1e-30) + ROUNDING_TIMES * rounding.to(want.device)
     bad = ~((sample - want).abs() <= allowed)
+    count = flat(got).numel()
+    if parts:
+        positions = positions.to(bad.device) // 2
+        bad_pairs = torch.zeros(count // 2 + 1, dtype=torch.bool, device=bad.device)
+        bad_pairs[positions[bad]] = True
+        bad, count = bad_pairs[positions], count // 2
     if not bad.any() or bad.all():
         return ""
     first_bad = positions[bad].min().item()
     right_before = int((positions < first_bad).sum())
     if first_bad < RIGHT_PREFIX or right_before < 2 or bad[positions >= first_bad].float().mean().item() < TAIL_WRONG:
         return ""
-    return f"the first {first_bad} of {flat(got).numel()} elements of the gradient are right and the rest wrong"
+    return f"the first {first_bad} of {count} elements of the gradient are right and the rest wrong"
 
 
 def stops_short_when_grown(context, i):
@@ -420,7 +428,7 @@ def stops_short_when_grown(context, i):
         return ""
     if got[i] is None or tuple(got[i].shape) != tuple(values[i].shape):
         return ""
-    stop = stops_short(got[i], expected, i)
+    stop = stops_short(got[i], expected, i, context.op.slots[i].parts)
     if not stop or right_for_uniform(context, i, values):
         return ""
     return f"{describe_shapes(values)}, {stop}"

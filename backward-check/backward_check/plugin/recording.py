@@ -329,15 +329,19 @@ class RecordedCall:
 
 
 def _no_grad_of(args, kwargs):
-    """Where the test passed a floating-point tensor that wants no gradient (a target, a table): the checker
-    passes it through as it is, as it does integers."""
-    frozen = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point() and not v.requires_grad  # noqa: E731
-    return tuple([i for i, a in enumerate(args) if frozen(a)] + [k for k, v in kwargs.items() if frozen(v)])
+    """Where the test passed a floating-point or complex tensor that wants no gradient (a target, a table): the
+    checker passes it through as it is, as it does integers."""
+    return tuple([i for i, a in enumerate(args) if _frozen(a)] + [k for k, v in kwargs.items() if _frozen(v)])
+
+
+def _frozen(value):
+    return (isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+            and not value.requires_grad)
 
 
 def wants_a_gradient(t):
-    """A floating-point or complex tensor that requires grad: a complex one is recorded too, so that the table
-    names its op (the checker says why it cannot check it) rather than saying no op was called."""
+    """A floating-point or complex tensor that requires grad (the checker checks a complex one through its real and
+    imaginary parts)."""
     return (t.is_floating_point() or t.is_complex()) and t.requires_grad
 
 
