@@ -65,8 +65,8 @@ def is_function(fn):
 
 def backward_method(fn):
     """The Function's backward as autograd calls it: its vjp where it defines that instead."""
-    if getattr(fn, "vjp", None) is not getattr(torch.autograd.Function, "vjp", None) and \
-            getattr(fn, "backward", None) is getattr(torch.autograd.Function, "backward", None):
+    if (getattr(fn, "vjp", None) is not getattr(torch.autograd.Function, "vjp", None)
+            and getattr(fn, "backward", None) is getattr(torch.autograd.Function, "backward", None)):
         return fn.vjp
     return fn.backward
 

@@ -64,8 +64,8 @@ def functions_in(module):
     those it imports (torch's own aside)."""
     defined, imported = {}, {}
     for name, obj in vars(module).items():
-        if isinstance(obj, type) and issubclass(obj, torch.autograd.Function) and \
-                obj.__module__.split(".")[0] != "torch":
+        if (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)
+                and obj.__module__.split(".")[0] != "torch"):
             (defined if obj.__module__ == module.__name__ else imported)[name] = obj
     return defined, imported
 

@@ -117,8 +117,10 @@ def on_real_parts(fn, args, kwargs, reference=None):
                          "torch.autograd.gradcheck")
     positions, keywords = _complex_places(args, kwargs)
     signature = _signature_of(fn)
-    op = _as_bound(fn, signature, _complex_names(signature, args, kwargs)) if signature is not None else \
-        _as_called(fn.apply if is_function(fn) else fn, positions, keywords)
+    if signature is not None:
+        op = _as_bound(fn, signature, _complex_names(signature, args, kwargs))
+    else:
+        op = _as_called(fn.apply if is_function(fn) else fn, positions, keywords)
     op.__name__ = getattr(fn, "__name__", getattr(fn, "_qualname", type(fn).__name__))
     on_parts = None if reference is None else _as_called(reference, positions, keywords)
     real_args = tuple(parts(a) if i in positions else a for i, a in enumerate(args))

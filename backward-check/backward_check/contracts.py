@@ -97,8 +97,8 @@ class Contract:
         compared = ("its symmetric part, (G + G^T) / 2" if self.symmetric else
                     "the part that sums to 0 along each row" if self.rows_sum_to_one else
                     "the part orthogonal to each row" if self.unit_rows else "")
-        compared = f", and its gradient is compared by {compared}, all of it that reaches {arg} through a caller " \
-                   f"that keeps that" if compared else ""
+        compared = (f", and its gradient is compared by {compared}, all of it that reaches {arg} through a caller "
+                    f"that keeps that" if compared else "")
         return f"{arg} is {', '.join(self.names)} as given: the values the checker makes up keep that{compared}"
 
     @property

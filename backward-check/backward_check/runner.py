@@ -163,10 +163,10 @@ def attempt(check, context):
     except Unkept as unkept:
         return [Undecided(check.name, unkept_words(context, unkept, "so this check decides nothing"))]
     except OpFaulted as fault:
-        return [Finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}{context.where()}: {fault.message}; "
-                                             f"{LOST}, so no later check in this process can run (the pytest plugin "
-                                             f"runs each op's checks in a process of its own)",
-                        error=type(fault.error).__name__)]
+        return [context.finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}",
+                                then=f": {fault.message}; {LOST}, so no later check in this process can run (the "
+                                     f"pytest plugin runs each op's checks in a process of its own)",
+                                error=type(fault.error).__name__)]
     except OpRaised as raised:
         too_early(raised)
         message = raised.message
@@ -179,8 +179,8 @@ def attempt(check, context):
                                           f"({message}): pass a reference")]
         if raised.made_up:
             return [Note(check.name, f"refuses the values the checker made up {raised.what} ({message})", REFUSED)]
-        return [Finding(check.name, raised.trap, f"{raised.what}: {message}{context.where()}",
-                        error=type(raised.error).__name__)]
+        return [context.finding(check.name, raised.trap, f"{raised.what}: {message}",
+                                error=type(raised.error).__name__)]
     except Exception as error:  # the checker's own failure: never a traceback, never a verdict
         if any(word in str(error) for word in FAULT_WORDS) or device_lost(op_device(context)):
             return [Undecided(check.name, f"{LOST} (a fault of the op's, in an earlier call, or in this check's: "
@@ -215,8 +215,8 @@ def run_set(context, options):
     for check in CHECKS:
         if not applies(check, context, options):
             continue
-        if any(isinstance(o, Finding) and o.trap is CRASHES and LOST in o.evidence for o in outcomes) or \
-                any(isinstance(o, Undecided) and o.because == LOST for o in outcomes):
+        if (any(isinstance(o, Finding) and o.trap is CRASHES and LOST in o.evidence for o in outcomes)
+                or any(isinstance(o, Undecided) and o.because == LOST for o in outcomes)):
             outcomes.append(Undecided(check.name, f"{LOST} after the op's fault, so this check could not run",
                                       because=LOST))
             continue

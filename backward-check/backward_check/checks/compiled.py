@@ -33,7 +33,7 @@ import torch
 from ..compile_backend import backend_name
 from ..calling import announce, carries_gradient, clip, flatten, is_function, seeded, seeded_grad, Run
 from .context import copies, reraise_fault
-from ..report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Finding, Note, Passed)
+from ..report import (COMPILE_REFUSED, GRAPH_BREAK, NEEDS_A_GPU, WRONG_UNDER_COMPILE, Note, Passed)
 from ..strategies import layouts_for
 from .truth import ROUNDING_TIMES, flat, neighbourhood, relative_error
 
@@ -80,8 +80,8 @@ def known_issues(version, only=None):
     issues = [issue for issue in KNOWN_ISSUES if issue.affects(version) and (only is None or issue is only)]
     if not issues:
         return ""
-    return f"; torch {version} has {'this known issue' if only else 'known issues of this class'}: " + \
-        ", ".join(map(str, issues))
+    return (f"; torch {version} has {'this known issue' if only else 'known issues of this class'}: "
+            + ", ".join(map(str, issues)))
 
 
 # -- where torch.compile refused, in the user's code ---------------------------------------------------------
@@ -381,8 +381,9 @@ class Judge:
     def function(self, case):
         """What case calls: the op, or the loss that uses its outputs twice."""
         op = self.context.op
-        return fan_in_loss(op, self.context.graded_positions, len(op.slots)) if case.grad_outputs is None \
-            else call_op(op)
+        if case.grad_outputs is None:
+            return fan_in_loss(op, self.context.graded_positions, len(op.slots))
+        return call_op(op)
 
     def eager(self, case, what, dtype=None, grad_outputs=None):
         """The eager answer, or None where the op refuses it (float64 copies, one tensor passed twice)."""
@@ -465,18 +466,18 @@ class Judge:
             off, own = off_eager(c, e, eager64[0][k] if k < len(eager64[0]) else None)
             if off > context.output_tolerance():
                 which = f"output {k}" if len(got[0]) > 1 else "output"
-                return Finding(self.check, WRONG_UNDER_COMPILE,
-                               f"{case.label}, the compiled forward's {which} is {off:.3g} (relative) off eager's, "
-                               f"beyond {ROUNDING_TIMES} times eager's own rounding ({own:.2g}){self.where()}")
+                return context.finding(self.check, WRONG_UNDER_COMPILE,
+                                       f"{case.label}, the compiled forward's {which} is {off:.3g} (relative) off "
+                                       f"eager's, beyond {ROUNDING_TIMES} times eager's own rounding ({own:.2g})",
+                                       then=self.where())
         for i in context.op.inputs:
             offs = [off_eager(got[1][i], eager[1][i], eager64[1][i], context.typical(i)) for eager in wanted]
             off, own = min(offs)
             if off > context.tolerance(i):
-                return Finding(self.check, WRONG_UNDER_COMPILE,
-                               f"{context.name(i)}{case.label}, the compiled gradient is {off:.3g} (relative) off "
-                               f"eager's, beyond {ROUNDING_TIMES} times eager's own rounding ({own:.2g}) in "
-                               f"{str(context.values[i].dtype).removeprefix('torch.')}{self.where()}",
-                               input=context.arg(i))
+                return context.finding(self.check, WRONG_UNDER_COMPILE,
+                                       f"{case.label}, the compiled gradient is {off:.3g} (relative) off eager's, "
+                                       f"beyond {ROUNDING_TIMES} times eager's own rounding ({own:.2g}) in "
+                                       f"{str(context.values[i].dtype).removeprefix('torch.')}", i, self.where())
         return None
 
     def where(self):
@@ -551,9 +552,10 @@ def opcheck(context, check):
                 outcomes.append(Note(check, f"opcheck's {test} cannot trace Triton's interpreter: run it on a GPU",
                                      NEEDS_A_GPU))
                 continue
-            outcomes.append(Finding(check, WRONG_UNDER_COMPILE, f"opcheck's {test} fails: {OPCHECK_TESTS[test]} "
-                                                                f"({clip(first_line(cause), 200)})",
-                                    error=type(cause).__name__))
+            outcomes.append(context.finding(check, WRONG_UNDER_COMPILE, f"opcheck's {test} fails: "
+                                                                        f"{OPCHECK_TESTS[test]} "
+                                                                        f"({clip(first_line(cause), 200)})",
+                                            error=type(cause).__name__))
     return outcomes or [Passed(check)]
 
 

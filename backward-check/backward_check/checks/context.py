@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
-from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Note
+from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Finding, Note
 from ..strategies import describe_shapes, input_layouts_for, randn
 from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, flat, narrowest, relative_error
 
@@ -124,6 +124,16 @@ class Context:
 
     def arg(self, i):
         return f"`{self.op.slots[i].name}`"
+
+    def finding(self, check, trap, evidence, i=None, then="", *, subject=True, input=None, error=None):
+        """A check's finding, worded as every check words one (the one place its sentence is built): the input it
+        is about ('input `x`: ' where the op has several, unless the evidence names it itself, subject=False), the
+        evidence, the grown shapes it was seen on, and what follows from it (then). input: the input whose gradient
+        shows it, where that is not i (the report lists the same trap's evidence once for each)."""
+        who = self.name(i) if subject and i is not None else ""
+        if input is None and i is not None:
+            input = self.arg(i)
+        return Finding(check, trap, f"{who}{evidence}{self.where()}{then}", input=input, error=error)
 
     def frozen_by_checker(self, frozen):
         """Those of the frozen inputs that no caller passes frozen: a variation only the checker makes."""

@@ -4,7 +4,7 @@ import torch
 
 from ..calling import backward_method, carries_gradient
 from .context import OpRaised, raised
-from ..report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Finding, Note, Passed
+from ..report import SUMMED_TO_SIZE, WASTED_GRADIENT, WIDER_GRADIENT, RETURNS_WRONG, Note, Passed
 
 
 def direct_backward(context, frozen=()):
@@ -67,6 +67,10 @@ def returned_gradients(context, check):
     value per positional input, each None or a tensor like its input."""
     outcomes = []
     inputs = context.op.inputs
+
+    def wrong(evidence):
+        return [context.finding(check, RETURNS_WRONG, evidence)]
+
     for frozen in [()] + ([(i,) for i in inputs] if len(inputs) > 1 else []):
         try:
             returned, run = direct_backward(context, frozen)
@@ -77,14 +81,12 @@ def returned_gradients(context, check):
         if len(returned) > len(positional) and all(r is None for r in returned[len(positional):]):
             returned = returned[:len(positional)]  # trailing Nones: autograd drops them
         if len(returned) != len(positional):
-            return [Finding(check, RETURNS_WRONG, f"backward returned {len(returned)} value(s) for "
-                                                  f"{len(positional)} input(s) of forward")]
+            return wrong(f"backward returned {len(returned)} value(s) for {len(positional)} input(s) of forward")
         for i, (slot, grad, passed) in enumerate(zip(positional, returned, run.passed)):
             if grad is None:  # legal: autograd takes it as zeros, and the value checks judge that
                 continue
             if not isinstance(grad, torch.Tensor):
-                return [Finding(check, RETURNS_WRONG, f"backward returned a {type(grad).__name__} for `{slot.name}`, "
-                                                      f"not a tensor or None")]
+                return wrong(f"backward returned a {type(grad).__name__} for `{slot.name}`, not a tensor or None")
             if i not in inputs or i in frozen:
                 why = "it is frozen" if i in frozen else "it takes none"
                 outcomes.append(Note(check, f"backward computes a gradient for `{slot.name}` when {why} "
@@ -93,14 +95,12 @@ def returned_gradients(context, check):
                 continue
             moved = grad.device != passed.device and grad.dim() > 0  # autograd moves a 0-dim gradient itself
             if moved or (tuple(grad.shape) != tuple(passed.shape) and not expandable(grad, passed)):
-                return [Finding(check, RETURNS_WRONG, f"`{slot.name}` is {tuple(passed.shape)} on {passed.device}, "
-                                                      f"but its gradient is {tuple(grad.shape)} on {grad.device}")]
+                return wrong(f"`{slot.name}` is {tuple(passed.shape)} on {passed.device}, but its gradient is "
+                             f"{tuple(grad.shape)} on {grad.device}")
             if not holds_every_value(grad.dtype, passed.dtype):
-                return [Finding(check, RETURNS_WRONG, f"`{slot.name}` is {passed.dtype}, but backward returns a "
-                                                      f"{grad.dtype} gradient for it, which cannot hold every "
-                                                      f"{passed.dtype} value ({range_and_step(grad.dtype)}, against "
-                                                      f"{range_and_step(passed.dtype)}): autograd casts it back, after "
-                                                      f"the damage")]
+                return wrong(f"`{slot.name}` is {passed.dtype}, but backward returns a {grad.dtype} gradient for it, "
+                             f"which cannot hold every {passed.dtype} value ({range_and_step(grad.dtype)}, against "
+                             f"{range_and_step(passed.dtype)}): autograd casts it back, after the damage")
             if tuple(grad.shape) != tuple(passed.shape):
                 outcomes.append(Note(check, f"backward returns `{slot.name}`'s gradient as {tuple(grad.shape)} for "
                                             f"an input of {tuple(passed.shape)}: autograd sums it to the input's "

@@ -3,7 +3,7 @@ import torch
 
 from ..calling import forward, seeded_grad
 from .context import OpRaised, reraise_fault
-from ..report import SECOND_ORDER, Finding, Passed, Undecided
+from ..report import SECOND_ORDER, Passed, Undecided
 from .truth import TOLERANCE, flat, relative_error
 
 
@@ -45,15 +45,15 @@ def second_order(context, check):
     if got is None:  # a constant gradient: right only if the op is linear in its inputs
         if want is None or not any(bool(w.any()) for w in want):
             return [Passed(check)]
-        return [Finding(check, SECOND_ORDER, "with create_graph=True the gradient came back as a constant (it carries "
-                                             "no graph) and nothing was raised: a gradient penalty built on it "
-                                             "silently contributes nothing")]
+        return [context.finding(check, SECOND_ORDER, "with create_graph=True the gradient came back as a constant "
+                                                     "(it carries no graph) and nothing was raised: a gradient penalty "
+                                                     "built on it silently contributes nothing")]
     if want is None:
         want = [torch.zeros_like(a) for a in got]
     errors = [relative_error(flat(a), flat(b).to(a.device)) for a, b in zip(got, want)]
     allowed = max(1e-3, 10 * max(TOLERANCE.get(a.dtype, 1e-4) for a in got))
     if max(errors, default=0.0) > allowed:
-        return [Finding(check, SECOND_ORDER, f"the gradient of |dL/dx|^2 (a gradient penalty) is {max(errors):.3g} "
-                                             f"(relative) off, and nothing was raised: the backward's output carries "
-                                             f"no graph, or a wrong one")]
+        return [context.finding(check, SECOND_ORDER, f"the gradient of |dL/dx|^2 (a gradient penalty) is "
+                                                     f"{max(errors):.3g} (relative) off, and nothing was raised: the "
+                                                     f"backward's output carries no graph, or a wrong one")]
     return [Passed(check)]

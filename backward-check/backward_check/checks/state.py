@@ -1,6 +1,6 @@
 """State: one call must not depend on another (17.3: never special-case "the first time I'm called")."""
 from .context import OpFaulted
-from ..report import KEEPS_STATE, Finding, Passed, Undecided
+from ..report import KEEPS_STATE, Passed, Undecided
 from ..strategies import grow, growth_plans, jittered_inputs, randn
 from .truth import TOLERANCE, Truth, flat, relative_error
 
@@ -21,14 +21,14 @@ def same_call_twice(context, check):
     first, second = context.repeat
     for i in context.op.inputs:
         if (first[i] is None) != (second[i] is None):
-            return [Finding(check, KEEPS_STATE, f"{context.name(i)}the same call made twice gave a gradient once and "
-                                                f"None once{context.where()}", input=context.arg(i))]
+            return [context.finding(check, KEEPS_STATE, "the same call made twice gave a gradient once and None "
+                                                        "once", i)]
         apart = context.noise(i)
         if apart > max(STATE_FLOOR, TOLERANCE.get(context.values[i].dtype, 1e-4)):
-            return [Finding(check, KEEPS_STATE, f"{context.name(i)}the same call made twice gave two gradients "
-                                                f"({apart:.3g} apart, relative){context.where()}: the backward "
-                                                f"depends on an earlier call, or reads memory nothing wrote (a "
-                                                f"torch.empty buffer some blocks skip)", input=context.arg(i))]
+            return [context.finding(check, KEEPS_STATE, f"the same call made twice gave two gradients ({apart:.3g} "
+                                                        f"apart, relative)", i, ": the backward depends on an earlier "
+                                                        "call, or reads memory nothing wrote (a torch.empty buffer "
+                                                        "some blocks skip)")]
     return [Passed(check)]
 
 
@@ -51,9 +51,9 @@ def between_calls(context, check):
     alone = context.vjp(b, "on other values", values=other, made_up=True)
     for i in context.op.inputs:
         if handed[i] is not None and relative_error(flat(handed[i]), flat(kept[i])) > 0:
-            outcomes.append(Finding(check, KEEPS_STATE, f"{context.name(i)}the gradient one call handed back changed "
-                                    f"when the op was called again: the backward returns a workspace it reuses"
-                                    f"{context.where()}", input=context.arg(i)))
+            outcomes.append(context.finding(check, KEEPS_STATE, "the gradient one call handed back changed when "
+                                                                "the op was called again: the backward returns a "
+                                                                "workspace it reuses", i))
             break
     outcomes += stale(context, check, other, b, alone)
     one = context.run("used twice in one graph", made_up=False)
@@ -66,10 +66,10 @@ def between_calls(context, check):
         differ = context.same(got_, want, inputs=context.op.varied)
         if differ:
             i = min(differ)
-            outcomes.append(Finding(check, KEEPS_STATE, f"{context.name(i)}op(x1) and op(x2) in one graph, "
-                                    f"(op(x1) * a).sum() + (op(x2) * b).sum(): {which}'s gradient differs from the "
-                                    f"same call made alone ({differ[i]:.3g}, relative){context.where()}: one call's "
-                                    f"backward used what the other call left behind", input=context.arg(i)))
+            outcomes.append(context.finding(check, KEEPS_STATE, f"op(x1) and op(x2) in one graph, (op(x1) * a).sum() + "
+                                                            f"(op(x2) * b).sum(): {which}'s gradient differs from the "
+                                                            f"same call made alone ({differ[i]:.3g}, relative)", i,
+                                            ": one call's backward used what the other call left behind"))
             break
     return outcomes or [Passed(check)]
 
@@ -118,10 +118,9 @@ def stale(context, check, other, b, alone):
             continue
         nearer = earlier.raw_error(alone[i], i)
         if nearer < right.raw_error(alone[i], i) / 4:
-            return [Finding(check, KEEPS_STATE, f"{context.name(i)}a second call, on other values of the same "
-                                                f"shape, got the gradient of the first call's values "
-                                                f"({right.raw_error(alone[i], i):.3g} off its own, "
-                                                f"{nearer:.3g} off the first's, relative){context.where()}: the "
-                                                f"backward uses what an earlier call left behind",
-                            input=context.arg(i))]
+            return [context.finding(check, KEEPS_STATE, f"a second call, on other values of the same shape, got the "
+                                                        f"gradient of the first call's values "
+                                                        f"({right.raw_error(alone[i], i):.3g} off its own, "
+                                                        f"{nearer:.3g} off the first's, relative)", i,
+                                    ": the backward uses what an earlier call left behind")]
     return []

@@ -64,10 +64,11 @@ def layouts(context, check):
         if i is not None:
             others = [f[1] for f in wrong if f[1] != label]
             also = f"; also wrong {', '.join(others)}" if others else ""
-            cause = Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with a grad_output {label} and "
-                            f"{context.arg(i)} contiguous, right when {context.arg(i)} is laid out the same way: the "
-                            f"backward reads grad_output with {context.arg(i)}'s strides{also}{context.where()}",
-                            input=context.arg(i))
+            cause = context.finding(check, LAID_OUT_LIKE_INPUT, f"wrong with a grad_output {label} and "
+                                                                f"{context.arg(i)} contiguous, right when "
+                                                                f"{context.arg(i)} is laid out the same way: the "
+                                                                f"backward reads grad_output with {context.arg(i)}'s "
+                                                                f"strides{also}", i)
             writes = [finding(check, context, failures, MUTATES_GRAD_OUTPUT)] if any(
                 f[0] is MUTATES_GRAD_OUTPUT for f in failures) else []
             return [cause] + writes
@@ -92,8 +93,8 @@ def finding(check, context, failures, trap):
     """One finding for trap: the first layout's evidence, and the other layouts that show it."""
     mine = [f for f in failures if f[0] is trap]
     also = f"; also {', '.join(f[1] for f in mine[1:])}" if len(mine) > 1 else ""
-    return Finding(check, trap, mine[0][2] + also + context.where(), input=context.arg(mine[0][3])
-                   if mine[0][3] is not None else None)
+    return context.finding(check, trap, mine[0][2] + also,
+                           input=context.arg(mine[0][3]) if mine[0][3] is not None else None)
 
 
 def laid_out_as(x, like):
@@ -125,8 +126,8 @@ def read_with_input_strides(context, i, k, g_layout, g_contiguous):
 def reads_grad_output_like(context, i, laid, g):
     """Whether the backward, wrong with input i laid out as laid and grad_output contiguous, is right with
     grad_output laid out the same way: it reads grad_output with i's strides."""
-    return context.values[i].shape == context.outputs[0].shape and \
-        read_with_input_strides(context, i, 0, laid, [t.clone() for t in g])
+    return (context.values[i].shape == context.outputs[0].shape
+            and read_with_input_strides(context, i, 0, laid, [t.clone() for t in g]))
 
 
 def other_input_layouts(context, check):
@@ -159,38 +160,37 @@ def one_input_layout(context, check, g, i, label, laid):
         return Note(check, f"refuses {context.arg(i)} {how} ({raised.message})", REFUSED)
     off = max((relative_error(flat(a), flat(b)) for a, b in zip(run.graded, want.graded)), default=0.0)
     if off > context.output_tolerance():
-        return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the forward's "
-                                                f"output is {off:.3g} (relative) off{context.where()}",
-                       input=context.arg(i))
+        return context.finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the "
+                                                        f"forward's output is {off:.3g} (relative) off", i,
+                               subject=False)
     ref = context.grads(want, [t.clone() for t in g], "the backward, with contiguous inputs")
     try:
         got = context.grads(run, [t.clone() for t in g], f"the backward, with {context.arg(i)} {how}")
     except OpRaised as raised:
         if reads_grad_output_like(context, i, laid, g):
-            return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}with {context.arg(i)} {how} and "
-                                                       f"grad_output contiguous the backward raises "
-                                                       f"({raised.message}), "
-                                                       f"and is right when grad_output is laid out the same way: the "
-                                                       f"backward reads grad_output with {context.arg(i)}'s strides"
-                                                       f"{context.where()}", input=context.arg(i))
-        return Finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {how}, and the backward "
-                                                f"takes it contiguous, but raises for it so: {raised.message}"
-                                                f"{context.where()}", input=context.arg(i),
-                       error=type(raised.error).__name__)
+            return context.finding(check, LAID_OUT_LIKE_INPUT, f"with {context.arg(i)} {how} and grad_output "
+                                                               f"contiguous the backward raises ({raised.message}), "
+                                                               f"and is right when grad_output is laid out the same "
+                                                               f"way: the backward reads grad_output with "
+                                                               f"{context.arg(i)}'s strides", i)
+        return context.finding(check, CONTIGUOUS_INPUT, f"the forward takes {context.arg(i)} {how}, and the "
+                                                        f"backward takes it contiguous, but raises for it so: "
+                                                        f"{raised.message}", i, subject=False,
+                               error=type(raised.error).__name__)
     differ = context.same(got, ref)
     if not differ:
         return None
     if reads_grad_output_like(context, i, laid, g):
-        return Finding(check, LAID_OUT_LIKE_INPUT, f"{context.name(i)}wrong with {context.arg(i)} {how} and "
-                                                   f"grad_output contiguous, right when grad_output is laid out the "
-                                                   f"same way: the backward reads grad_output with "
-                                                   f"{context.arg(i)}'s strides{context.where()}", input=context.arg(i))
+        return context.finding(check, LAID_OUT_LIKE_INPUT, f"wrong with {context.arg(i)} {how} and grad_output "
+                                                           f"contiguous, right when grad_output is laid out the same "
+                                                           f"way: the backward reads grad_output with "
+                                                           f"{context.arg(i)}'s strides", i)
     changed = "; ".join(how_changed(context, i, j, got[j], ref[j], differ[j]) for j in sorted(differ))
     reads = f"the saved {context.arg(i)}" if set(differ) == {i} else context.arg(i)
-    return Finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the forward is right "
-                                            f"but {changed}, against the same call with {context.arg(i)} contiguous: "
-                                            f"the backward reads {reads} as if contiguous{context.where()}",
-                   input=context.arg(i))
+    return context.finding(check, CONTIGUOUS_INPUT, f"with {context.arg(i)} {how} and the same values, the forward "
+                                                    f"is right but {changed}, against the same call with "
+                                                    f"{context.arg(i)} contiguous: the backward reads {reads} as if "
+                                                    f"contiguous", i, subject=False)
 
 
 def how_changed(context, i, j, got, ref, difference):

@@ -449,8 +449,8 @@ class FiniteDifferences:
         self.columns = {}
         for i in op.inputs:
             n = values[i].numel()
-            columns = self._sample(n, name=f"finite-difference columns of input {i}") if sample \
-                else torch.arange(n, device="cpu")
+            columns = (self._sample(n, name=f"finite-difference columns of input {i}") if sample
+                       else torch.arange(n, device="cpu"))
             if sample and op.slots[i].parts:  # a complex element's two parts together (complex_parts)
                 columns = torch.unique(torch.cat([columns - columns % 2, columns - columns % 2 + 1]))
             self.columns[i] = self._within_contract(i, columns)
@@ -872,8 +872,8 @@ class Truth:
         self.op, self.values = op, values
         self.base = [dtype_tolerance(v) for v in values]
         self.contracts = {i: found(values[i]) for i in op.inputs}
-        self.source = Reference(op, values, reference) if reference is not None else \
-            FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts)
+        self.source = (Reference(op, values, reference) if reference is not None else
+                       FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts))
 
     @property
     def by_reference(self):

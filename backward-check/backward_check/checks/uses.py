@@ -2,7 +2,7 @@
 import torch
 
 from .context import OpRaised
-from ..report import EVERY_OUTPUT_USED, RETURNS_WRONG, SINGLE_USE, Finding, Passed, Undecided
+from ..report import EVERY_OUTPUT_USED, RETURNS_WRONG, SINGLE_USE, Passed, Undecided
 
 
 def fan_in(context, check):
@@ -26,10 +26,9 @@ def fan_in(context, check):
         wrong = {i: e for i, e in wrong.items() if i in context.same(got, once, [i])}
     if wrong:
         i = min(wrong)
-        return [Finding(check, SINGLE_USE, f"{context.name(i)}z = op(x) used twice, (z * a).sum() + (z * b).sum(): "
-                                           f"right for a alone, but one backward call with a + b gives a gradient "
-                                           f"{expected.raw_error(got[i], i):.3g} (relative) off{context.where()}",
-                        input=context.arg(i))]
+        return [context.finding(check, SINGLE_USE, f"z = op(x) used twice, (z * a).sum() + (z * b).sum(): right for "
+                                                   f"a alone, but one backward call with a + b gives a gradient "
+                                                   f"{expected.raw_error(got[i], i):.3g} (relative) off", i)]
     return [Passed(check)]
 
 
@@ -51,9 +50,9 @@ def frozen_inputs(context, check):
             j = min(differ)
             what = ("None, though it has one" if got[j] is None else
                     f"{differ[j]:.3g} (relative) off the one it has")
-            return [Finding(check, RETURNS_WRONG, f"with {context.arg(i)} frozen (requires_grad=False), "
-                                                  f"{context.arg(j)}'s gradient is {what} with every input wanting "
-                                                  f"a gradient{context.where()}", input=context.arg(j))] + notes
+            return [context.finding(check, RETURNS_WRONG, f"with {context.arg(i)} frozen (requires_grad=False), "
+                                                          f"{context.arg(j)}'s gradient is {what} with every input "
+                                                          f"wanting a gradient", j, subject=False)] + notes
     return notes + [Passed(check)]
 
 
@@ -69,14 +68,14 @@ def unused_outputs(context, check):
         try:
             got = context.grads(run, [g[j].clone() for j in others], f"the backward, output {k} unused", only=others)
         except OpRaised as raised:
-            return [Finding(check, EVERY_OUTPUT_USED, f"with output {k} unused (its grad_output zeros, or None after "
-                                                      f"ctx.set_materialize_grads(False)), the backward raises: "
-                                                      f"{raised.message}{context.where()}",
-                            error=type(raised.error).__name__)]
+            return [context.finding(check, EVERY_OUTPUT_USED, f"with output {k} unused (its grad_output zeros, or None "
+                                                              f"after ctx.set_materialize_grads(False)), the backward "
+                                                              f"raises: {raised.message}",
+                                    error=type(raised.error).__name__)]
         differ = context.same(got, want)
         if differ:
             i = min(differ)
-            return [Finding(check, EVERY_OUTPUT_USED, f"{context.name(i)}with output {k} unused, the gradient is "
-                                                      f"{differ[i]:.3g} (relative) off the one for a grad_output of "
-                                                      f"zeros there{context.where()}", input=context.arg(i))]
+            return [context.finding(check, EVERY_OUTPUT_USED, f"with output {k} unused, the gradient is "
+                                                              f"{differ[i]:.3g} (relative) off the one for a "
+                                                              f"grad_output of zeros there", i)]
     return [Passed(check)]

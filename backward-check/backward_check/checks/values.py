@@ -16,6 +16,9 @@ from .strides import laid_out_as
 from .truth import FORWARD_WRONG, ROUNDING_TIMES, TOLERANCE, RandomDirections, Truth, flat, relative_error
 
 
+# what follows a forward right on the given inputs and wrong on the grown
+SIZE_WRONG = ": a size it gets wrong (a dimension mixed up, say), which the given shape hides"
+
 def the_forward(context, check):
     """The forward's outputs against the reference's. Far off is a wrong forward, or, where the outputs are
     right on a prefix and wrong from there on, a grid or mask that stops short; a little off, a note, and
@@ -28,25 +31,23 @@ def the_forward(context, check):
             return []  # the given inputs' finding says it
         laid_out = given_layout_at_fault(context)
         if laid_out:
-            return [Finding(check, CONTIGUOUS_INPUT, f"the forward is {error:.3g} (relative) off the reference with "
-                                                     f"{laid_out} as given, and right with the same values "
-                                                     f"contiguous{context.where()}", input=laid_out)]
+            return [context.finding(check, CONTIGUOUS_INPUT, f"the forward is {error:.3g} (relative) off the reference "
+                                                             f"with {laid_out} as given, and right with the same "
+                                                             f"values contiguous", input=laid_out)]
         stop = forward_stops_short(context)
         if stop:
-            return [Finding(check, COVERS_PART, f"the forward is {error:.3g} (relative) off the reference"
-                                                f"{context.where()}: {stop}, so its grid, or its mask, stops short")]
+            return [context.finding(check, COVERS_PART, f"the forward is {error:.3g} (relative) off the reference",
+                                    then=f": {stop}, so its grid, or its mask, stops short")]
         if context.grown:
-            return [Finding(check, WRONG_FORWARD, f"the forward matches the reference on the given inputs, but is "
-                                                  f"{error:.3g} (relative) off it from its first element on"
-                                                  f"{context.where()}: a size it gets wrong (a dimension mixed "
-                                                  f"up, say), which the given shape hides")]
-        return [Finding(check, WRONG_FORWARD, f"the forward's output is {error:.3g} (relative) off the reference's: "
-                                              f"a wrong forward, or the wrong reference; its gradients are not "
-                                              f"judged against that reference")]
+            return [context.finding(check, WRONG_FORWARD, f"the forward matches the reference on the given inputs, "
+                                                          f"but is {error:.3g} (relative) off it from its first "
+                                                          f"element on", then=SIZE_WRONG)]
+        return [context.finding(check, WRONG_FORWARD, f"the forward's output is {error:.3g} (relative) off the "
+                                                      f"reference's: a wrong forward, or the wrong reference; its "
+                                                      f"gradients are not judged against that reference")]
     if context.grown and given is not None and given <= precise and error > 10 * max(given, precise):
-        return [Finding(check, WRONG_FORWARD, f"the forward is {given:.3g} (relative) off the reference on the "
-                                              f"given inputs and {error:.3g} off it{context.where()}: a size it "
-                                              f"gets wrong (a dimension mixed up, say), which the given shape hides")]
+        return [context.finding(check, WRONG_FORWARD, f"the forward is {given:.3g} (relative) off the reference on "
+                                                      f"the given inputs and {error:.3g} off it", then=SIZE_WRONG)]
     if error > precise:
         return [Note(check, f"the op's forward is {error:.3g} (relative) off the reference{context.where()}, so its "
                             f"gradients are held to {4 * error:.3g}", FORWARD_PRECISION)]
@@ -157,10 +158,10 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     that input's strides); then, if it is only just past its tolerance, undecided; the gradient for grad_output = 1
     (everywhere, or for one output); one output's part missing; right for every uniform grad_output
     (which element it used); else a wrong formula."""
-    who, where, shape = context.name(i), context.where(), context.values[i].shape
+    who, where, shape = context.name(i), context.where(), context.values[i].shape  # for what it cannot decide
 
     def finding(trap, evidence):
-        return Finding(check, trap, f"{who}{evidence}{where}", input=context.arg(i))
+        return context.finding(check, trap, evidence, i)
 
     off = expected.raw_error(got[i], i)
     if got[i] is None:
@@ -203,8 +204,8 @@ def diagnose(context, check, i, got, expected, g, shared=()):
     ones = context.expected([uniform_like(o, 1.0) for o in context.outputs])
     # A backward whose answer triples with grad_output reads it, however close a random one's first value came to 1
     # (in bfloat16, grad_output[0] = 0.97 is 1 within the tolerance): that is the uniform trap, further on.
-    if (ones.error(got[i], i, shape) <= 1.0 or gives_its_answer_for_ones(context, i, got, ones)) and \
-            not scales_with_grad_output(context, i, g, got):
+    if ((ones.error(got[i], i, shape) <= 1.0 or gives_its_answer_for_ones(context, i, got, ones))
+            and not scales_with_grad_output(context, i, g, got)):
         return finding(IGNORES_GRAD_OUTPUT, f"with a random grad_output the gradient is the one for grad_output = 1 "
                                             f"everywhere ({off:.3g} off, relative)")
     for k in range(len(context.outputs) if len(context.outputs) > 1 else 0):  # one output's grad_output at a time

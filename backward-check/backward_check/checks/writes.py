@@ -44,10 +44,10 @@ def forward_writes(context, check):
             if i not in context.op.inputs:
                 outcomes.append(buffer_note(check, context, i, change, "the forward"))
                 continue
-            outcomes.append(Finding(check, WRITES, f"the forward changed {context.arg(i)}"
-                                    f"{frozen_words(context, frozen)} (largest change {change:.3g}) and did not "
-                                    f"declare it (ctx.mark_dirty){context.where()}; {harm(context, i)}",
-                                    input=context.arg(i)))
+            outcomes.append(context.finding(check, WRITES, f"the forward changed {context.arg(i)}"
+                                                           f"{frozen_words(context, frozen)} (largest change "
+                                                           f"{change:.3g}) and did not declare it (ctx.mark_dirty)",
+                                            i, f"; {harm(context, i)}", subject=False))
     return passed_unless_found(check, outcomes)
 
 
@@ -93,9 +93,10 @@ def backward_writes(context, check):
         change = max(largest_change(a, b) for a, b in zip(kept, g))
         if change and "grad_output" not in seen:
             seen.add("grad_output")
-            outcomes.append(Finding(check, MUTATES_GRAD_OUTPUT, f"grad_output changed during the backward "
-                                    f"(largest change {change:.3g}){frozen_words(context, frozen)}; "
-                                    f"{sibling(context)}"))
+            outcomes.append(context.finding(check, MUTATES_GRAD_OUTPUT, f"grad_output changed during the "
+                                                                        f"backward (largest change {change:.3g})"
+                                                                        f"{frozen_words(context, frozen)}",
+                                            then=f"; {sibling(context)}"))
         for i, (before, now) in enumerate(zip(after_forward, run.passed)):
             if before is None or i in seen:
                 continue
@@ -106,16 +107,16 @@ def backward_writes(context, check):
             if i not in context.op.inputs:
                 outcomes.append(buffer_note(check, context, i, change, "the backward"))
                 continue
-            outcomes.append(Finding(check, WRITES, f"the backward changed {context.arg(i)}"
-                                    f"{frozen_words(context, frozen)} (largest change {change:.3g}): the caller's "
-                                    f"tensor, and any other node that saved it, now hold other values{context.where()}",
-                                    input=context.arg(i)))
+            outcomes.append(context.finding(check, WRITES, f"the backward changed {context.arg(i)}"
+                                                           f"{frozen_words(context, frozen)} (largest change "
+                                                           f"{change:.3g}): the caller's tensor, and any other node "
+                                                           f"that saved it, now hold other values", i, subject=False))
         for k, (before, now) in enumerate(zip(outputs, run.outputs)):
             change = largest_change(before, now.detach())
             if change and ("output", k) not in seen:
                 seen.add(("output", k))
-                outcomes.append(Finding(check, WRITES, f"the backward changed output {k} (largest change "
-                                        f"{change:.3g}), which the caller holds{context.where()}"))
+                outcomes.append(context.finding(check, WRITES, f"the backward changed output {k} (largest change "
+                                                               f"{change:.3g}), which the caller holds"))
     return passed_unless_found(check, outcomes)
 
 
@@ -150,9 +151,9 @@ def twice_over_one_graph(context, check):
     except Exception as error:  # noqa: BLE001  (refusing a second backward, loudly, is legal)
         reraise_fault("the second backward over one graph", error)
         if "modified by an inplace operation" in str(error):  # autograd's version counter caught a write
-            return [Finding(check, WRITES, f"a second backward over one graph (retain_graph=True) is refused: "
-                                           f"{clip(error, 120)}: the first backward wrote into a tensor it saved"
-                                           f"{context.where()}")]
+            return [context.finding(check, WRITES, f"a second backward over one graph (retain_graph=True) is refused: "
+                                                   f"{clip(error, 120)}: the first backward wrote into a tensor it "
+                                                   f"saved")]
         return [Note(check, f"backward cannot run twice over one graph (retain_graph=True): "
                             f"{clip(f'{type(error).__name__}: {error}', 100)}")]
     changed = [k for k, (before, now) in enumerate(zip(saved, getattr(node, "saved_tensors", ()) or ()))
@@ -162,12 +163,12 @@ def twice_over_one_graph(context, check):
         k = changed[0]
         apart = (f", so backward run twice over one graph (retain_graph=True) gives another gradient the second "
                  f"time ({differ[min(differ)]:.3g} apart, relative)") if differ else ""
-        return [Finding(check, WRITES, f"the backward changed saved tensor {k} (ctx.saved_tensors[{k}]){apart}"
-                                       f"{context.where()}")]
+        return [context.finding(check, WRITES, f"the backward changed saved tensor {k} (ctx.saved_tensors[{k}])"
+                                               f"{apart}")]
     if differ:
         i = min(differ)
-        return [Finding(check, KEEPS_STATE, f"{context.name(i)}backward run twice over one graph (retain_graph=True) "
-                                            f"gave two gradients ({differ[i]:.3g} apart, relative){context.where()}: "
-                                            f"it changes what it kept on ctx", input=context.arg(i))]
+        return [context.finding(check, KEEPS_STATE, f"backward run twice over one graph (retain_graph=True) gave "
+                                                    f"two gradients ({differ[i]:.3g} apart, relative)", i,
+                                    ": it changes what it kept on ctx")]
     return [Passed(check)]
 

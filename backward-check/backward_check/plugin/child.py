@@ -260,8 +260,8 @@ def _working_folder():
 
 def _imported(module, qualname):
     found = resolve(module, qualname, {module: importlib.import_module(module)})
-    if not (isinstance(found, type) and issubclass(found, torch.autograd.Function)) and \
-            not (CustomOpDef is not None and isinstance(found, CustomOpDef)):
+    if (not (isinstance(found, type) and issubclass(found, torch.autograd.Function))
+            and not (CustomOpDef is not None and isinstance(found, CustomOpDef))):
         raise TypeError(f"{module}.{qualname} is a {type(found).__name__} here, not the op")
     return found
 

@@ -145,8 +145,8 @@ def row_lines(arguments, test, seconds, verdict, width=UNLIMITED):
     if width < WIDE:
         return narrow_row_lines(arguments, test, seconds, verdict, width)
     words = _wrapped(arguments, ARGUMENTS_WIDTH - 2, " ")
-    words = words[:1] + ["  " + w for w in _wrapped(" ".join(words[1:]), ARGUMENTS_WIDTH - 4, " ")] \
-        if len(words) > 1 else words
+    if len(words) > 1:
+        words = words[:1] + ["  " + w for w in _wrapped(" ".join(words[1:]), ARGUMENTS_WIDTH - 4, " ")]
     tests = _wrapped(test, TEST_WIDTH - 2, TEST_ID_BREAKS)
     verdicts = _wrapped(verdict, width - VERDICT_COLUMN, " ")
     lines = []

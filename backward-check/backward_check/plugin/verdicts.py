@@ -3,8 +3,8 @@ workers hand the controller, and what the table prints. It imports neither torch
 (findings.py) stands on it alone."""
 import dataclasses
 
-CLEAN, TRAPPED, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = "clean", "traps", "undecided", "not checked", "fault", \
-    "unstable"
+CLEAN, TRAPPED, UNDECIDED, NOT_CHECKED, FAULT, UNSTABLE = ("clean", "traps", "undecided", "not checked", "fault",
+                                                          "unstable")
 CRASH_TRAP = "crashes"  # the trap a fault counts as, for the accepted file
 
 

@@ -16,8 +16,8 @@ CLAIMS = "backward_check_claims"   # the workerinput key of the folder
 
 def is_controller(config):
     """Whether this process is pytest-xdist's controller, which runs no test itself."""
-    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" \
-        and bool(config.getoption("tx", None))
+    return (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+            and bool(config.getoption("tx", None)))
 
 
 def worker_of(config):
