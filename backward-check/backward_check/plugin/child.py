@@ -225,12 +225,25 @@ def serve_one(connection, log_path, op, job):
     connection.send(("done", _checked(op, job)[0]))
 
 
+# Set in a check process that sees one GPU of several (worker.gpu_for_worker): the suite's CUDA tensors, on whichever
+# GPU the suite put them, are loaded onto this process's one.
+ONE_GPU = "BACKWARD_CHECK_ONE_GPU"
+
+
+def gpu_map():
+    """torch.load's map_location in a check process that sees one GPU of several: every CUDA device to cuda:0 (the
+    one it sees), CPU tensors left where they are; else None."""
+    if os.environ.get(ONE_GPU) != "1":
+        return None
+    return {f"cuda:{k}": "cuda:0" for k in range(1, 64)}
+
+
 def unpacked(kind, value):
     """parcel_of undone, in the worker: a file mapped (its tensors read from the pages the suite wrote; the mapping
     is private, so an op that writes into them changes nothing else), or bytes loaded."""
     if kind == "file":
-        return torch.load(value, weights_only=False, mmap=True)
-    return torch.load(io.BytesIO(value), weights_only=False)
+        return torch.load(value, weights_only=False, mmap=True, map_location=gpu_map())
+    return torch.load(io.BytesIO(value), weights_only=False, map_location=gpu_map())
 
 
 def remove_parcel(parcel):
@@ -276,3 +289,18 @@ def _environment(**values):
     finally:
         for k in added:
             os.environ.pop(k, None)
+
+
+@contextlib.contextmanager
+def _environment_set(**values):
+    """os.environ with values set, over what it held, while a process starts; then as it was."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -16,6 +16,10 @@ Each check seeds torch's, Python's and NumPy's generators from the op and its si
 from them (a random start) is checked alike in every run; a check that finds a trap is run again with another
 seed, and where the second run finds other traps, or none, the verdict is 'unstable', with both; not where every
 trap it found is one the accepted file accepts for the op (a finding that fails nothing is not worth a second check).
+
+Under pytest-xdist on a machine with several GPUs, each xdist worker's check process sees one GPU, its own (worker
+gwN takes the N-th visible GPU, round-robin: gpu_for_worker), so that N workers' checks spread over the GPUs rather
+than all landing on the first; the child loads the recorded CUDA tensors onto that GPU.
 """
 import contextlib
 import dataclasses
@@ -33,8 +37,8 @@ import torch
 
 from ..calling import clip
 # The child's side of the process boundary: what runs in the worker process (and in a forked check).
-from .child import (_environment, _working_folder, as_fault, check_call, cuda_initialised, cuda_poisoned,
-                    remove_parcel, rng_kept, serve, serve_one)
+from .child import (ONE_GPU, _environment, _environment_set, _working_folder, as_fault, check_call, cuda_initialised,
+                    cuda_poisoned, remove_parcel, rng_kept, serve, serve_one)
 from .recording import importable_reference, restore_arguments
 
 # The verdict model is torch-free, in a module of its own (the table stands on it).
@@ -195,6 +199,31 @@ def fault_excerpt(log):
     return "\n".join(kept)
 
 
+def visible_gpus():
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (their indices where it is unset)."""
+    names = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if names is not None:
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def gpu_for_worker(worker_id, visible):
+    """The GPU (one of visible, CUDA_VISIBLE_DEVICES's names) that pytest-xdist worker worker_id's checks run on:
+    gwN takes visible[N % len(visible)]. None outside pytest-xdist, with fewer than two GPUs, or for a worker id
+    that is not gwN: the check process then sees what the suite sees."""
+    number = (worker_id or "").removeprefix("gw")
+    if len(visible) < 2 or not number.isdigit():
+        return None
+    return visible[int(number) % len(visible)]
+
+
+def own_gpu_environment(device_type, worker_id):
+    """What the check process's environment sets for it to see its xdist worker's GPU alone (gpu_for_worker), and to
+    load the suite's CUDA tensors onto it (child.gpu_map): nothing on the CPU, outside xdist, or with one GPU."""
+    gpu = gpu_for_worker(worker_id, visible_gpus()) if device_type == "cuda" else None
+    return {"CUDA_VISIBLE_DEVICES": gpu, ONE_GPU: "1"} if gpu is not None else {}
+
+
 class CheckProcess:
     """A process that checks calls for the suite, and what the suite sees of it: its answers, its log, its death.
     timeout: seconds a check may take before it counts as hung."""
@@ -215,7 +244,8 @@ class CheckProcess:
         # GPU, the op's Triton kernels run in the interpreter, which the suite's process need not have switched on.
         from ..backend import DEVICE
         interpreter = {"TRITON_INTERPRET": "1"} if DEVICE.type == "cpu" else {}
-        with _environment(CUDA_LAUNCH_BLOCKING="1", **interpreter):
+        own_gpu = own_gpu_environment(DEVICE.type, os.environ.get("PYTEST_XDIST_WORKER"))
+        with _environment(CUDA_LAUNCH_BLOCKING="1", **interpreter), _environment_set(**own_gpu):
             self.process.start()
         child.close()
 

@@ -5,6 +5,7 @@ the call on whichever worker ran it, and the run for a trap found at a worker's 
 every worker and written once, by the controller.
 """
 import json
+import os
 
 import pytest
 from backward_check.tests.plugin_runs import row, run_pytest, write_suite
@@ -136,3 +137,41 @@ def test_a_worker_without_the_shared_folder_checks_its_calls_itself(tmp_path):
     signature, described = signature_of((torch.zeros(3, requires_grad=True),), {}, {})
     claims = Claims(str(tmp_path / "not-here"), "gw0")
     assert claims.claim(RecordedCall(None, "op", signature, described, (), "t", 0)) and claims.others() == []
+
+
+# -- several GPUs: each xdist worker's checks on its own GPU (tested without one) ------------------------------------
+
+def test_each_xdist_worker_checks_on_its_own_gpu_round_robin():
+    from backward_check.plugin.worker import gpu_for_worker
+    assert [gpu_for_worker(f"gw{n}", ["0", "1", "2", "3"]) for n in range(6)] == ["0", "1", "2", "3", "0", "1"]
+    assert gpu_for_worker("gw4", ["2", "5", "7"]) == "5"  # CUDA_VISIBLE_DEVICES's names, in its order
+    # outside pytest-xdist, with one GPU, or for a worker id xdist does not give: what the suite sees
+    assert [gpu_for_worker(w, v) for w, v in [(None, ["0", "1"]), ("gw1", ["0"]), ("master", ["0", "1"]),
+                                              ("gw1", [])]] == [None] * 4
+
+
+def test_the_check_process_sees_its_workers_gpu_alone_and_loads_the_suites_tensors_onto_it(monkeypatch, tmp_path):
+    """The environment a check process starts with under worker gw3 of a suite that sees GPUs 4 to 7: GPU 7 alone,
+    and torch.load mapping every CUDA device onto the one it sees, CPU tensors left on the CPU. None of it on the
+    CPU, or outside xdist."""
+    import torch
+    from backward_check.plugin import child
+    from backward_check.plugin.worker import own_gpu_environment
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert own_gpu_environment("cuda", "gw3") == {"CUDA_VISIBLE_DEVICES": "7", child.ONE_GPU: "1"}
+    assert own_gpu_environment("cpu", "gw3") == {} and own_gpu_environment("cuda", None) == {}
+    monkeypatch.setenv(child.ONE_GPU, "1")
+    assert child.gpu_map()["cuda:3"] == "cuda:0" and "cpu" not in child.gpu_map()
+    torch.save({"x": torch.arange(3)}, tmp_path / "parcel")
+    assert child.unpacked("file", str(tmp_path / "parcel"))["x"].device.type == "cpu"
+    monkeypatch.delenv(child.ONE_GPU)
+    assert child.gpu_map() is None
+
+
+def test_the_environment_a_check_process_starts_with_is_the_suites_again_after(monkeypatch):
+    from backward_check.plugin.child import _environment_set
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("BACKWARD_CHECK_ONE_GPU", raising=False)
+    with _environment_set(CUDA_VISIBLE_DEVICES="1", BACKWARD_CHECK_ONE_GPU="1"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and "BACKWARD_CHECK_ONE_GPU" not in os.environ
