@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "research" / "in_the_wild.py"
 DOC = REPO / "docs" / "in-the-wild.md"
 DIARY = REPO / "benchmarks" / "results" / "in-the-wild-diary.md"
-LOG = REPO / "benchmarks" / "results" / "in_the_wild_h200.log"
+LOG = REPO / "benchmarks" / "results" / "in_the_wild_h100.log"
 CPU_LOG = REPO / "benchmarks" / "results" / "in_the_wild_cpu_interpreter.log"
 sys.path.insert(0, str(REPO / "practice"))
 

@@ -37,7 +37,7 @@ def checker_hash_in(log_text):
 
 
 # Logs whose figures the checker's files decide, by name: its verdicts, and the GPU runs of the tests.
-CHECKER_LOGS = re.compile(r"checker|in_the_wild|gpu_check|h200_pytest|h200_notebooks")
+CHECKER_LOGS = re.compile(r"checker|in_the_wild|gpu_check|h[12]00_pytest|h[12]00_notebooks")
 
 
 def holds_checker_verdicts(name, log_text):
