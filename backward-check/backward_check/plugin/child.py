@@ -10,6 +10,7 @@ import os
 import random
 import re
 import sys
+import time
 
 import torch
 
@@ -104,16 +105,33 @@ def check_call(op, job, args, kwargs):
                    seconds=first.seconds + second.seconds)
 
 
-def cuda_poisoned():
+def cuda_contexts():
+    """Whether this process made a CUDA context (None where this build of torch cannot tell): a check of an op that
+    ran on the CPU alone made none, and has none to lose."""
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    if has_context is None:
+        return None
+    return any(has_context(k) for k in range(torch.cuda.device_count()))
+
+
+def cuda_poisoned(pauses=(0.5, 2.0)):
     """Whether this process's CUDA context is unusable after a check: a sticky error (an illegal memory access, a
-    device-side assert) fails every later CUDA call, so a tiny one tells."""
-    if not cuda_initialised():
+    device-side assert) fails every later CUDA call, so a tiny one tells. A probe that finds the GPU out of memory
+    (other processes of the suite hold it: 16 pytest-xdist workers on one card) tells nothing of the context, which
+    that error does not poison: the probe is tried again after each pause, and memory that stays short is no loss.
+    Poisoned, the probe's error in one line (True where it had no words); else False."""
+    if not cuda_initialised() or cuda_contexts() is False:
         return False
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
-    except Exception:  # noqa: BLE001
-        return True
+    for pause in (*pauses, None):
+        try:
+            torch.cuda.synchronize()
+            torch.ones(1, device="cuda").add_(1).item()
+            return False
+        except Exception as error:  # noqa: BLE001
+            if "out of memory" not in str(error):
+                return f"{type(error).__name__}: {str(error).strip().splitlines()[0]}" if str(error).strip() else True
+            if pause is not None:
+                time.sleep(pause)
     return False
 
 
@@ -171,9 +189,11 @@ def _checked(op, job):
                                     f"({type(error).__name__}: {error})"), False
     verdict = check_call(op, job, args, kwargs)
     del args, kwargs
-    if cuda_poisoned():
-        return as_fault(verdict, "the op lost the CUDA context of the process that checked it; the suite went on "
-                                 "with a fresh one"), True
+    lost = cuda_poisoned()
+    if lost:
+        probe = f" (a probe after the check: {lost})" if isinstance(lost, str) else ""
+        return as_fault(verdict, f"the op lost the CUDA context of the process that checked it{probe}; the suite "
+                                 f"went on with a fresh one"), True
     if cuda_initialised():
         torch.cuda.empty_cache()  # the GPU the suite shares, handed back between checks
     return verdict, False

@@ -15,7 +15,7 @@ import collections
 import dataclasses
 
 from .selection import BUDGET, ELSEWHERE, LIMIT, MEMORY, TIER_WORDS
-from .verdicts import FAULT, TRAPPED, UNDECIDED, UNSTABLE, Verdict
+from .verdicts import FAULT, NOT_CHECKED, TRAPPED, UNDECIDED, UNSTABLE, Verdict
 
 AFTER_ITS_TEST, AT_THE_END = "after its test", "at the session's end"
 ARGUMENTS_WIDTH, TEST_WIDTH = 50, 46
@@ -263,11 +263,16 @@ def _table(findings, accepted, options, width):
         gone = [t for t in accepted.get(op, {}) if t not in found]
         if gone and rows and not options.accepting:
             lines.append(f"  (accepted but not found, so the accepted file may drop it: {', '.join(gone)})")
-    checked = findings.checked
+    # A row the checker could not check (its verdict says why) is counted apart, not as a call checked.
+    checked = [c for c in findings.checked if c.verdict.status != NOT_CHECKED]
+    unchecked = len(findings.checked) - len(checked)
     failing = sum(1 for c in checked if c.failing)
     ops = len({c.op for c in checked})
     line = (f"{len(checked)} call{'s' if len(checked) != 1 else ''} of {ops} op{'s' if ops != 1 else ''} checked "
             f"in {sum(c.verdict.seconds for c in checked):.1f} s; {failing} with a finding not accepted")
+    if unchecked:
+        line += (f"; {unchecked} call{'s' if unchecked > 1 else ''} not checked, as "
+                 f"{'their rows say' if unchecked > 1 else 'its row says'}")
     if findings.worker_starts and checked:  # (a worker started with the session, never needed, is not worth a word)
         line += (f"; worker process started {findings.worker_starts} time{'s' if findings.worker_starts > 1 else ''}"
                  f" ({findings.worker_start_seconds:.1f} s waited for)")
@@ -282,6 +287,6 @@ def _table(findings, accepted, options, width):
                  f" ({allowed}{across})")
     failed_already = options.mode == "fail" and not options.accepting  # a failing test shows its own report
     sections = [(f"{c.op} ({c.arguments}), first called by {c.test}", c.verdict.report.splitlines())
-                for c in checked if (c.verdict.traps or c.verdict.status in (UNDECIDED, UNSTABLE))
+                for c in findings.checked if (c.verdict.traps or c.verdict.status in (UNDECIDED, UNSTABLE))
                 and not c.fully_accepted and not (failed_already and c.failing and c.when == AFTER_ITS_TEST)]
     return lines, sections

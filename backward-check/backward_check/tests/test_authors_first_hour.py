@@ -259,6 +259,22 @@ def test_an_op_another_worker_checked_is_not_named_never_checked():
                                             "keeps their copies"]
 
 
+def test_the_summary_counts_as_checked_only_the_calls_that_were():
+    """A row whose verdict is 'not checked' (a list of tensors, say) is not a call checked: the summary counts it
+    apart, and its op among the ops checked only where another of its calls was."""
+    from backward_check.plugin.findings import Findings, table
+    from backward_check.plugin.verdicts import NOT_CHECKED, Verdict
+    findings = Findings()
+    findings.checked.append(checked("mylib.Clean", "t1"))
+    for test in ("t2", "t3"):
+        findings.checked.append(checked("mylib.TakesAList", test))
+        findings.checked[-1].verdict = Verdict(NOT_CHECKED, "not checked: its argument 0 is a list of tensors")
+    lines, _ = table(findings, {}, options(), 200)
+    summary = next(line for line in lines if " checked in " in line)
+    assert summary.startswith("1 call of 1 op checked in 1.5 s; 0 with a finding not accepted; 2 calls not checked, "
+                              "as their rows say"), lines
+
+
 # -- a repro for each trap --------------------------------------------------------------------------------
 
 REPRO_SUITE = '''

@@ -436,6 +436,46 @@ def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_faul
         started.stop()
 
 
+# -- a GPU short of memory after a check is not a lost CUDA context --------------------------------------------
+
+@pytest.mark.parametrize("failures, error, poisoned", [
+    (1, "CUDA error: out of memory", False),     # memory freed by the time of the second probe
+    (9, "CUDA error: out of memory", False),     # memory short throughout: still not a sticky error
+    (1, "CUDA error: an illegal memory access was encountered", True),
+    (9, "CUDA error: device-side assert triggered", True),
+    (0, "", False),
+])
+def test_a_probe_that_finds_the_gpu_full_is_no_fault(monkeypatch, failures, error, poisoned):
+    """The H100 run at a1535c5 had three tiny CPU checks named "FAULT a CUDA error, after the checker's calls" under
+    16 pytest-xdist workers: the probe after each check made a CUDA context on a card the other workers had filled.
+    Out of memory is no sticky error; an illegal access or a device-side assert is."""
+    from backward_check.plugin import child
+    probes = []
+
+    def synchronize():
+        probes.append(1)
+        if len(probes) <= failures:
+            raise RuntimeError(f"{error}\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+
+    monkeypatch.setattr(child, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(child, "cuda_contexts", lambda: None)
+    monkeypatch.setattr(child.torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(child.torch, "ones", lambda *shape, device=None: torch.zeros(*shape))
+    lost = child.cuda_poisoned(pauses=(0.0, 0.0))
+    assert bool(lost) is poisoned and (not poisoned or lost == f"RuntimeError: {error}"), lost
+    assert len(probes) == (1 if poisoned else min(failures + 1, 3)), probes
+
+
+def test_a_check_that_made_no_cuda_context_is_not_probed(monkeypatch):
+    """An op that ran on the CPU alone made no context: the probe would make one (memory, and a second of the
+    GPU's time) only to find it fine."""
+    from backward_check.plugin import child
+    monkeypatch.setattr(child, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(child, "cuda_contexts", lambda: False)
+    monkeypatch.setattr(child.torch.cuda, "synchronize", lambda: pytest.fail("probed"))
+    assert child.cuda_poisoned() is False
+
+
 # -- a worker started with the session imports what pytest put on sys.path later ----------------------------------
 
 HELPER_TESTS = '''
