@@ -753,10 +753,14 @@ class FiniteDifferences:
             return empty, empty
         eps = torch.finfo(self.computed).eps if self.computed.is_floating_point else 0.0
         largest = center.abs().nan_to_num(0.0).max().item() if center.numel() else 0.0
-        rows, gaps, crossed = {1: [], 2: []}, {1: [], 2: []}, []
+        # Each direction's verdict needs only its row's largest differences, so the second differences are taken
+        # row by row and never stacked (elementwise, the same numbers as stacked); and the directions as the op
+        # saw them are made while each is in hand, where they are to be held, not drawn again for keep.
+        holding = len(directions.plan) * directions.scale.numel() <= KEPT_ELEMENTS
+        rows, seen, central, doubling, steepest, moved, crossed = {1: [], 2: []}, {}, [], [], 0.0, [], []
         for k in range(len(directions.plan)):
             u = directions.unit(k)
-            crossing = False
+            crossing, gaps = False, {}
             for factor in (1, 2):
                 h = factor * step
 
@@ -765,23 +769,29 @@ class FiniteDifferences:
                 up, down, crossed_here = self._either_side(i, move)
                 crossing |= crossed_here
                 rows[factor].append((up - down) / (2 * h))
-                gaps[factor].append((up - 2 * center + down) / h)
+                gaps[factor] = (up - 2 * center + down) / h
+            fine_row, coarse_row = rows[1][-1], rows[2][-1]
+            if fine_row.numel():
+                steepest = max(steepest, fine_row.abs().nan_to_num(0.0).max().item())
+            central.append((coarse_row - fine_row).abs().nan_to_num(0.0).amax() if fine_row.numel() else None)
+            doubling.append((gaps[2] - 2 * gaps[1]).abs().nan_to_num(0.0).amax() if fine_row.numel() else None)
+            moved.append(bool(((fine_row != 0) | (coarse_row != 0)).any()))
             crossed.append(crossing)
-            del u
-        fine, coarse = torch.stack(rows[1]), torch.stack(rows[2])
-        gap_fine, gap_coarse = torch.stack(gaps[1]), torch.stack(gaps[2])
-        allowed = 1e-3 * fine.abs().nan_to_num(0.0).max().item() + 8 * (eps * largest + noise) / step
-        central = (coarse - fine).abs().nan_to_num(0.0).amax(dim=1)
-        doubling = (gap_coarse - 2 * gap_fine).abs().nan_to_num(0.0).amax(dim=1)
+            if holding:
+                seen[k] = self.moved(i, u, step)
+            del u, gaps
+        allowed = 1e-3 * steepest + 8 * (eps * largest + noise) / step
         # A direction along which no output moved at either step says nothing of a derivative below the op's
         # resolution (a float32 loss of a large input, a block of ignored rows): it is left out, as a kink is.
-        moved = ((fine != 0) | (coarse != 0)).any(dim=1)
-        uncrossed = ~torch.tensor(crossed, dtype=torch.bool, device="cpu")
-        smooth = ((central <= allowed) & (doubling <= allowed) & moved).cpu() & uncrossed
-        self.kinks[i] = int((~smooth).sum())
-        directions.keep([k for k, keep in enumerate(smooth.tolist()) if keep], step)
-        on_device = smooth.to(fine.device)
-        return fine[on_device], coarse[on_device]
+        smooth = [m and not c and (a is None or (bool(a <= allowed) and bool(b <= allowed)))
+                  for a, b, m, c in zip(central, doubling, moved, crossed)]
+        self.kinks[i] = sum(1 for keep in smooth if not keep)
+        kept = [k for k, keep in enumerate(smooth) if keep]
+        directions.keep(kept, step, seen)
+        if not kept:
+            empty = torch.zeros(0, center.numel(), dtype=torch.float64, device=center.device)
+            return empty, empty
+        return torch.stack([rows[1][k] for k in kept]), torch.stack([rows[2][k] for k in kept])
 
     def expected(self, grad_outputs, tolerance):
         g = torch.cat([flat(t) for t in grad_outputs])
@@ -844,11 +854,13 @@ class RandomDirections:
         u = contract.project(u.reshape(x.shape), x).reshape(-1)
         return u * within_bounds(contract, flat(x), u, self.step) if contract.bounded else u
 
-    def keep(self, kept, step):
+    def keep(self, kept, step, seen=None):
+        """The directions kept, at step; seen: those already made as the op saw them, at that step."""
         self.kept, self.step = kept, step
         self._seen = {}
         if len(kept) * self.scale.numel() <= KEPT_ELEMENTS:
-            self._seen = {k: self.seen(k) for k in kept}
+            self._seen = {k: (seen or {}).get(k) for k in kept}
+            self._seen = {k: self.seen(k) if v is None else v for k, v in self._seen.items()}
 
     def seen(self, k):
         if k in self._seen:
