@@ -204,10 +204,14 @@ class Op:
             if any(isinstance(s.key, str) and s.given != "default" for s in self.slots):
                 raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")
             self.slots = [s for s in self.slots if not isinstance(s.key, str)]
-        unsupported = [s.name for s in self.slots if _holds_tensors(s.value)]
+        # A list of tensors none of which requires grad (an NUFFT's interpolation tables) is passed to every call
+        # as it is, a constant the checker never varies; one that holds a tensor wanting a gradient is refused,
+        # as the checker cannot take a gradient through it.
+        unsupported = [s.name for s in self.slots if _holds_tensors(s.value, wanting_grad=True)]
         if unsupported:
-            raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors, which the checker does "
-                             f"not take: wrap the op in a function that takes the tensors one by one")
+            raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors of which one requires "
+                             f"grad, which the checker does not take: wrap the op in a function that takes those "
+                             f"tensors one by one")
         no_grad = self.positions(no_grad, "no_grad")
         self.inputs = [i for i, s in enumerate(self.slots) if s.differentiable and i not in no_grad]
         # The inputs a function argument reads (`f, *phi`; `net, *net.parameters()`): f closes over these very
@@ -375,13 +379,18 @@ def same_layout(t, dtype=None):
     return out.copy_(t)
 
 
-def _holds_tensors(value):
-    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
+def _holds_tensors(value, wanting_grad=False):
+    """Whether value is a list or tuple holding a tensor (wanting_grad: one that requires grad)."""
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) and (v.requires_grad or not
+                                                                                      wanting_grad) for v in value)
 
 
 def _to_device(value, device):
+    """value on device's type: a tensor, or a list or tuple of them, moved (where the op's other tensors go)."""
     if device is not None and isinstance(value, torch.Tensor) and value.device.type != device.type:
         return value.to(device)
+    if device is not None and type(value) in (list, tuple) and _holds_tensors(value):
+        return type(value)(_to_device(v, device) for v in value)
     return value
 
 
