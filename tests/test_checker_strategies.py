@@ -177,6 +177,44 @@ def test_directions_made_again_judge_as_directions_held(monkeypatch):
     assert all("random directions" in r.checked for r in again)
 
 
+class IgnoresTheFirstBlock(torch.autograd.Function):
+    """2 x past the first 1,024 elements: directions within the first block move no output, and are left out."""
+    factor = 2.0
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.reshape(-1)[1024:] * 2
+
+    @classmethod
+    def backward(cls, ctx, g):
+        grad = g.new_zeros(ctx.shape.numel())
+        grad[1024:] = cls.factor * g
+        return grad.reshape(ctx.shape)
+
+
+class IgnoresTheFirstBlockThrice(IgnoresTheFirstBlock):
+    factor = 3.0
+
+
+@pytest.mark.parametrize("held_directions", [0, 10, 11])
+def test_directions_held_only_once_some_are_left_out_judge_alike(monkeypatch, held_directions):
+    """Twelve directions are too many to hold, the ten kept after two moved nothing are not (held_directions
+    10 or 11 of the input's size): those ten are made again once, and held. A tree that held none of them
+    there failed in its own code ('NoneType' has no attribute 'to') on Liger's cross-entropy shape; every
+    threshold judges as with all of them held."""
+    from backward_check.checks import truth
+    big = seeded_randn(300, 400, seed=5)
+    ops = (IgnoresTheFirstBlock, IgnoresTheFirstBlockThrice)
+    held = [check_backward(op, big) for op in ops]
+    monkeypatch.setattr(truth, "KEPT_ELEMENTS", held_directions * big.numel())
+    again = [check_backward(op, big) for op in ops]
+    shown = "\n".join(map(str, held + again))
+    assert [r.traps for r in again] == [r.traps for r in held] and held[0].clean and held[1].traps, shown
+    assert not any("the checker itself failed" in str(r) for r in held + again), shown
+    assert all("10 random directions" in r.checked for r in again), shown
+
+
 class RowsInFloat32(torch.autograd.Function):
     """A loss as a fused kernel computes it: each row's logsumexp in float32 whatever the input's dtype (a
     Triton kernel that casts its loads), their sum in the input's dtype. Liger-Kernel's cross-entropy with

@@ -859,8 +859,8 @@ class RandomDirections:
         self.kept, self.step = kept, step
         self._seen = {}
         if len(kept) * self.scale.numel() <= KEPT_ELEMENTS:
-            self._seen = {k: (seen or {}).get(k) for k in kept}
-            self._seen = {k: self.seen(k) if v is None else v for k, v in self._seen.items()}
+            seen = seen or {}
+            self._seen = {k: seen[k] if k in seen else self.seen(k) for k in kept}  # (built whole, then held)
 
     def seen(self, k):
         if k in self._seen:
