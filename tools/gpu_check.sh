@@ -6,7 +6,8 @@
 #
 #   check_outputs  ./check_outputs.sh --require-gpu: the four scripts, their output the book's
 #   pytest         the test suite, in parallel (pytest-xdist, -n 10), the checker's property tests
-#                  with twice CI's examples a family (BACKWARD_CHECK_EXAMPLES, default 6 here)
+#                  with twice CI's examples a family (BACKWARD_CHECK_EXAMPLES, default 6 here); the
+#                  log ends with the 15 slowest tests, to plan the part's ten minutes by
 #   notebooks      both notebooks, executed top to bottom (tools/run_notebook.py)
 #   in_the_wild    research/in_the_wild.py --sweep: real libraries' buggy and fixed releases, then
 #                  each library's current Functions; releases side by side, autotuning pinned
@@ -91,7 +92,7 @@ export PYTHONUNBUFFERED=1
 command_of() {
   case $1 in
     check_outputs) echo "PYTHON=$PYTHON ./check_outputs.sh --require-gpu" ;;
-    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n ${PYTEST_WORKERS:-10} -q -ra -p no:cacheprovider" ;;
+    pytest) echo "BACKWARD_CHECK_EXAMPLES=${BACKWARD_CHECK_EXAMPLES:-6} ${with_notebook_site}$PYTHON -m pytest -n ${PYTEST_WORKERS:-10} -q -ra --durations=15 -p no:cacheprovider" ;;
     notebooks) echo "${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/chapter17.ipynb --output /tmp/gpu_check_chapter17.ipynb && ${with_notebook_site}$PYTHON tools/run_notebook.py notebooks/practice.ipynb --output /tmp/gpu_check_practice.ipynb" ;;
     in_the_wild) echo "$PYTHON research/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
