@@ -156,6 +156,28 @@ def test_the_parts_dimension_never_grows():
     assert "grown to (" in report.checked and ", 2)" in report.checked.split("grown to")[1], report.checked
 
 
+class Doubles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return 2 * grad_output
+
+
+class DoublesWithPartsOfItsOwn(Doubles):
+    """An op's own attribute that happens to be called `parts`: the checker's mark of a complex value held as its
+    parts is a name of its own, and this one is never read as it (its last dimension would never grow)."""
+    parts = ("x",)
+
+
+def test_an_ops_own_attribute_named_parts_is_not_read_as_the_checkers():
+    x = torch.randn(4, 3, requires_grad=True)
+    plain, own = check_backward(Doubles, x), check_backward(DoublesWithPartsOfItsOwn, x)
+    assert plain.checked == own.checked and ", 2)" not in own.checked.split("grown to")[1], (plain.checked, own.checked)
+
+
 COMPLEX_SUITE = """
 import torch
 

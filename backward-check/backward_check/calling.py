@@ -159,6 +159,11 @@ class Slot:
         return differentiable(self.value)
 
 
+# The attribute complex_parts sets on the wrapper it makes of an op: the names of the slots that hold a complex value
+# as its real and imaginary parts. A name of the checker's own, so that an op's attribute of its own is never read.
+PARTS_ATTRIBUTE = "_backward_check_complex_parts"
+
+
 class Op:
     """The op bound to one set of arguments. Function subclasses are called through .apply with
     their forward's signature bound (defaults kept); other callables as they are."""
@@ -199,7 +204,7 @@ class Op:
             self.slots = [Slot(i, f"argument {i}", a) for i, a in enumerate(args)]
             self.slots += [Slot(k, k, v, "keyword") for k, v in kwargs.items()]
         for slot in self.slots:
-            slot.parts = slot.name in getattr(fn, "parts", ())
+            slot.parts = slot.name in getattr(fn, PARTS_ATTRIBUTE, ())
         if self.function:  # Function.apply passes no keywords: keyword-only parameters keep their defaults
             if any(isinstance(s.key, str) and s.given != "default" for s in self.slots):
                 raise UsageError(f"{self.name}.forward has keyword-only parameters, which Function.apply cannot pass")

@@ -18,7 +18,7 @@ import inspect
 
 import torch
 
-from .calling import UsageError, _signature_of, is_function, read_by
+from .calling import PARTS_ATTRIBUTE, UsageError, _signature_of, is_function, read_by
 from .report import COMPLEX_PARTS, Note
 
 NOTE_CHECK = "complex values"
@@ -133,7 +133,7 @@ def on_real_parts(fn, args, kwargs, reference=None):
         parted = [name if index is None else f"{name}[{index}]" for name, index in
                   sorted(_complex_names(signature, args, kwargs), key=lambda n: (order.index(n[0]) if n[0] in order
                                                                                  else len(order), n[1] or 0))]
-    op.parts = frozenset(parted)
+    setattr(op, PARTS_ATTRIBUTE, frozenset(parted))
     names = [f"`{n}`" for n in parted]
     note = Note(NOTE_CHECK, f"{', '.join(names) or 'its outputs'} checked as real and imaginary parts (PyTorch's "
                             f"convention: a complex z's gradient is dL/d(real z) + i dL/d(imag z)); the complex "
