@@ -300,22 +300,12 @@ def _imported(module, qualname):
 
 
 @contextlib.contextmanager
-def _environment(**values):
-    """os.environ with values set where unset, while a process starts (it copies the environment then)."""
-    added = {k: v for k, v in values.items() if k not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for k in added:
-            os.environ.pop(k, None)
-
-
-@contextlib.contextmanager
-def _environment_set(**values):
-    """os.environ with values set, over what it held, while a process starts; then as it was."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+def environment_while_starting(defaults=None, **values):
+    """os.environ while a process starts (it copies the environment then), then as it was: values set over what it
+    held, and defaults ({name: value}) set only where it holds nothing (the user's own choice stands)."""
+    chosen = {**{k: v for k, v in (defaults or {}).items() if k not in os.environ}, **values}
+    before = {k: os.environ.get(k) for k in chosen}
+    os.environ.update(chosen)
     try:
         yield
     finally:

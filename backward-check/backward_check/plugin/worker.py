@@ -37,7 +37,7 @@ import torch
 
 from ..calling import clip
 # The child's side of the process boundary: what runs in the worker process (and in a forked check).
-from .child import (ONE_GPU, _environment, _environment_set, _working_folder, as_fault, check_call, cuda_initialised,
+from .child import (ONE_GPU, _working_folder, environment_while_starting, as_fault, check_call, cuda_initialised,
                     cuda_poisoned, remove_parcel, rng_kept, serve, serve_one)
 from .recording import importable_reference, restore_arguments
 
@@ -245,7 +245,7 @@ class CheckProcess:
         from ..backend import DEVICE
         interpreter = {"TRITON_INTERPRET": "1"} if DEVICE.type == "cpu" else {}
         own_gpu = own_gpu_environment(DEVICE.type, os.environ.get("PYTEST_XDIST_WORKER"))
-        with _environment(CUDA_LAUNCH_BLOCKING="1", **interpreter), _environment_set(**own_gpu):
+        with environment_while_starting({"CUDA_LAUNCH_BLOCKING": "1", **interpreter}, **own_gpu):
             self.process.start()
         child.close()
 

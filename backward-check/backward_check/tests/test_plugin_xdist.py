@@ -169,9 +169,15 @@ def test_the_check_process_sees_its_workers_gpu_alone_and_loads_the_suites_tenso
 
 
 def test_the_environment_a_check_process_starts_with_is_the_suites_again_after(monkeypatch):
-    from backward_check.plugin.child import _environment_set
+    from backward_check.plugin.child import environment_while_starting
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("BACKWARD_CHECK_ONE_GPU", raising=False)
-    with _environment_set(CUDA_VISIBLE_DEVICES="1", BACKWARD_CHECK_ONE_GPU="1"):
+    with environment_while_starting(CUDA_VISIBLE_DEVICES="1", BACKWARD_CHECK_ONE_GPU="1"):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and "BACKWARD_CHECK_ONE_GPU" not in os.environ
+    # a default stands only where the suite set nothing: the user's CUDA_LAUNCH_BLOCKING=0 is kept
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with environment_while_starting({"CUDA_LAUNCH_BLOCKING": "1", "TRITON_INTERPRET": "1"}):
+        assert os.environ["CUDA_LAUNCH_BLOCKING"] == "0" and os.environ["TRITON_INTERPRET"] == "1"
+    assert os.environ["CUDA_LAUNCH_BLOCKING"] == "0" and "TRITON_INTERPRET" not in os.environ
