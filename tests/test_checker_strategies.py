@@ -360,9 +360,11 @@ def test_a_linear_op_under_create_graph_is_clean():
     assert report.clean and "create_graph=True" in report.passed, str(report)
 
 
-def test_a_list_of_tensors_is_refused_with_a_message_that_says_so():
+def test_a_list_of_tensors_alone_is_refused_with_a_message_that_says_how_to_pass_them():
+    """A list of tensors that takes no gradient is a constant (tests/test_checker_tensor_lists.py); with nothing
+    else to take a gradient for, the message says to pass the tensors one by one."""
     x = seeded_randn(3, 5, seed=10)
-    with pytest.raises(UsageError, match="list of tensors"):
+    with pytest.raises(UsageError, match=r"a list of tensors, as \['tensors'\] hold, is passed as it is.*one by one"):
         check_backward(lambda tensors: torch.cat(tensors), [x, x])
 
 

@@ -233,8 +233,11 @@ class Op:
         # the op may refuse it, as no caller would know.
         self.frozen_by_callers = self.positions(frozen_by_callers, "frozen_by_callers")
         if not self.inputs:
-            raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for; pass the "
-                             f"op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
+            listed = [s.name for s in self.slots if _holds_tensors(s.value)]
+            within = (f" (a list of tensors, as {listed} hold, is passed as it is, a constant: pass the tensors "
+                      f"to take a gradient for one by one)") if listed else ""
+            raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for{within}; pass "
+                             f"the op's inputs: check_backward(op, x) or (op, x, y, eps=1e-6)")
         empty = [self.slots[i].name for i in self.inputs if self.slots[i].value.numel() == 0]
         if empty:
             raise UsageError(f"{self.name}'s input(s) {empty} hold no elements: pass inputs with at least one")
