@@ -106,6 +106,76 @@ def test_a_list_holding_a_tensor_that_wants_a_gradient_is_refused_with_why():
         check_backward(Tabled, x, tables)
 
 
+class PopsItsTable(torch.autograd.Function):
+    """Takes its table from the list (a forward may, as a caller's list is built for one call): right."""
+    @staticmethod
+    def forward(ctx, x, tables):
+        scale = tables.pop(0)
+        ctx.save_for_backward(scale)
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        scale, = ctx.saved_tensors
+        return grad_output * scale, None
+
+
+class CountsInItsTable(Tabled):
+    """Right, but counts its calls in a tensor of the list: the caller's tensor must come back as it was."""
+    @staticmethod
+    def forward(ctx, x, tables):
+        tables[1].add_(1.0)
+        return Tabled.forward(ctx, x, tables)
+
+
+def test_each_call_gets_its_own_list_and_the_callers_tensors_are_left_alone():
+    """The checker hands every call a list made afresh: a forward that pops from it is right on every call (the
+    same list for all was empty by the second: 'crashes'), and one that writes into a tensor in it leaves the
+    caller's tensor as it was (it had counted every call the checker made)."""
+    x = torch.randn(4, 3, requires_grad=True)
+    assert check_backward(PopsItsTable, x, [torch.rand(4, 3) + 1]).traps == []
+    tables = tables_for((4, 3), torch.float32, 5)
+    before = [t.clone() for t in tables]
+    check_backward(CountsInItsTable, x, tables)
+    assert all(torch.equal(t, b) for t, b in zip(tables, before))
+
+
+class Projects(torch.autograd.Function):
+    """x @ tables[0]: the table fixes x's last size."""
+    @staticmethod
+    def forward(ctx, x, tables):
+        ctx.save_for_backward(tables[0])
+        return x @ tables[0]
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        w, = ctx.saved_tensors
+        return grad_output @ w.t(), None
+
+
+def test_a_list_of_float32_tables_is_differenced_in_float64_and_pins_its_sizes():
+    """The reference and finite differences see the tables in float64, as they see every other tensor; and the
+    input grows only along the sizes no table has (before, the checker grew x's last size, and the op refused)."""
+    x = torch.randn(4, 6, requires_grad=True)
+    tables = [torch.randn(6, 3)]
+    with_reference = check_backward(Projects, x, tables, reference=lambda x, tables: x @ tables[0])
+    assert with_reference.traps == [] and with_reference.checked.endswith("against the reference, in float64"), \
+        with_reference.checked
+    assert "grown to (" in with_reference.checked and ", 6)" in with_reference.checked.split("grown to")[1]
+    assert check_backward(Projects, x, tables).traps == []
+
+
+def test_a_namedtuple_of_tables_goes_where_the_ops_tensors_go():
+    import collections
+
+    from backward_check.calling import Op
+    Tables = collections.namedtuple("Tables", "scale shift")
+    x, scale = torch.randn(3, requires_grad=True), torch.randn(3)
+    for tables in ([scale], (scale,), Tables(scale, scale)):
+        op = Op(lambda x, t: x * t[0], (x, tables), {}, device=torch.device("meta"))
+        assert type(op.values[1]) is type(tables) and op.values[1][0].device.type == "meta", tables
+
+
 TABLED_SUITE = """
 import torch
 

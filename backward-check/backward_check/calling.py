@@ -131,7 +131,23 @@ def as_made(value):
     them) are copied: tensors, modules and objects pass as they are."""
     if isinstance(value, (dict, list, set)) and _plain(value):
         return copy.deepcopy(value)
+    if holds_tensors(value):
+        return tensors_afresh(value)
     return value
+
+
+def tensors_afresh(value, dtype=None):
+    """A list or tuple holding tensors (none wanting a gradient: Op refuses one that does), made afresh for one
+    call: each tensor a copy laid out as given, its floating-point ones in dtype where given. A forward that takes
+    from the list, or writes into a tensor in it, changes neither the caller's tensors nor the next call's."""
+    return _rebuilt(value, [same_layout(v.detach(), dtype if v.is_floating_point() else None)
+                            if isinstance(v, torch.Tensor) else v for v in value])
+
+
+def _rebuilt(value, items):
+    """A list or tuple of value's type (a namedtuple's too) holding items."""
+    kind = type(value)
+    return kind._make(items) if hasattr(kind, "_make") else kind(items)
 
 
 def _plain(value, depth=0):
@@ -212,7 +228,7 @@ class Op:
         # A list of tensors none of which requires grad (an NUFFT's interpolation tables) is passed to every call
         # as it is, a constant the checker never varies; one that holds a tensor wanting a gradient is refused,
         # as the checker cannot take a gradient through it.
-        unsupported = [s.name for s in self.slots if _holds_tensors(s.value, wanting_grad=True)]
+        unsupported = [s.name for s in self.slots if holds_tensors(s.value, wanting_grad=True)]
         if unsupported:
             raise UsageError(f"{self.name}'s arguments {unsupported} hold a list of tensors of which one requires "
                              f"grad, which the checker does not take: wrap the op in a function that takes those "
@@ -233,7 +249,7 @@ class Op:
         # the op may refuse it, as no caller would know.
         self.frozen_by_callers = self.positions(frozen_by_callers, "frozen_by_callers")
         if not self.inputs:
-            listed = [s.name for s in self.slots if _holds_tensors(s.value)]
+            listed = [s.name for s in self.slots if holds_tensors(s.value)]
             within = (f" (a list of tensors, as {listed} hold, is passed as it is, a constant: pass the tensors "
                       f"to take a gradient for one by one)") if listed else ""
             raise UsageError(f"{self.name} was given no floating-point tensor to take a gradient for{within}; pass "
@@ -345,7 +361,7 @@ class Op:
                 continue
             if not isinstance(v, torch.Tensor):
                 leaves.append(None)
-                passed.append(v)
+                passed.append(tensors_afresh(v, dtype) if holds_tensors(v) else v)
                 continue
             copy = same_layout(v.detach())
             if dtype is not None and copy.is_floating_point():
@@ -387,7 +403,7 @@ def same_layout(t, dtype=None):
     return out.copy_(t)
 
 
-def _holds_tensors(value, wanting_grad=False):
+def holds_tensors(value, wanting_grad=False):
     """Whether value is a list or tuple holding a tensor (wanting_grad: one that requires grad)."""
     return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) and (v.requires_grad or not
                                                                                       wanting_grad) for v in value)
@@ -397,8 +413,8 @@ def _to_device(value, device):
     """value on device's type: a tensor, or a list or tuple of them, moved (where the op's other tensors go)."""
     if device is not None and isinstance(value, torch.Tensor) and value.device.type != device.type:
         return value.to(device)
-    if device is not None and type(value) in (list, tuple) and _holds_tensors(value):
-        return type(value)(_to_device(v, device) for v in value)
+    if device is not None and holds_tensors(value):
+        return _rebuilt(value, [_to_device(v, device) for v in value])
     return value
 
 

@@ -240,6 +240,10 @@ def protected_sizes(values, slots, grown_inputs):
                 protected.setdefault(s, f"`{slot.name}` has it, and the checker never changes `{slot.name}`")
             if not v.is_floating_point() and not v.is_complex() and v.numel() and v.dtype != torch.bool:
                 protected.setdefault(int(v.max()), f"`{slot.name}` holds it as a value (an offset or a length)")
+        # a list of tensors (tables passed as a constant) pins its tensors' sizes too
+        for t in (v if isinstance(v, (tuple, list)) else ()):
+            for s in (t.shape if isinstance(t, torch.Tensor) else ()):
+                protected.setdefault(s, f"a tensor in `{slot.name}` has it, and the checker never changes it")
         numbers = v if isinstance(v, (tuple, list)) else (v,)
         for n in numbers:
             if isinstance(n, int) and not isinstance(n, bool):

@@ -32,7 +32,8 @@ import time
 
 import torch
 
-from ..calling import UsageError, carries_gradient, clip, flatten, same_layout, seeded_call, seeded_grad
+from ..calling import (UsageError, carries_gradient, clip, flatten, holds_tensors, same_layout, seeded_call,
+                       seeded_grad, tensors_afresh)
 from ..contracts import found, projection
 from ..strategies import BLOCK, generator, randn_flat
 
@@ -580,7 +581,8 @@ class FiniteDifferences:
         """Fresh copies of the values, each floating-point one in dtype (its own where None), laid out
         as given: a transposed input stays transposed, so a perturbation reaches the op as it would."""
         return [same_layout(v.detach(), dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                else (v.detach().clone() if isinstance(v, torch.Tensor) else v) for v in self.values]
+                else (v.detach().clone() if isinstance(v, torch.Tensor) else
+                      tensors_afresh(v, dtype) if holds_tensors(v) else v) for v in self.values]
 
     def _outputs(self, values):
         return self._call(values)[0]
