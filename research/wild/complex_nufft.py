@@ -6,14 +6,14 @@ A real library's complex Functions through check_backward: torchkbnufft's table 
 
 torchkbnufft (an NUFFT library for MRI) defines its interpolation and its adjoint as autograd Functions on complex
 tensors: KbTableInterpForward (the image on the grid to the data at the k-space points) and KbTableInterpAdjoint.
-Its own suite, under `pytest --backward-check`, records them, and the table says why it does not check them: they
-take their interpolation tables as a list of tensors, which the checker does not take
-(benchmarks/results/cpu_suites_torchkbnufft.log). Here each is wrapped as that message advises, the tables passed
-one by one, and checked at the three complex shapes of the suite's own autograd test (1-d, 2-d, 3-d), with the
-trajectory, the tables and the module's float buffers (n_shift, numpoints, table_oversamp) taking no gradient,
-as the library's callers pass them (the plugin reads that from the suite's calls). Beside each, gradcheck on the
-same call; and each Function again with one conjugate planted in its backward (the complex bug the convention
-catches), which the checker must name "a wrong formula".
+Its own suite, under `pytest --backward-check`, records them and checks them, clean
+(benchmarks/results/cpu_suites_torchkbnufft.log): their interpolation tables come as a list of tensors that takes
+no gradient, which the checker passes to every call as it is. Here each is checked as the suite calls it, at the
+three complex shapes of the suite's own autograd test (1-d, 2-d, 3-d), with the trajectory and the module's float
+buffers (n_shift, numpoints, table_oversamp) taking no gradient, as the library's callers pass them (the plugin
+reads that from the suite's calls). Beside each, gradcheck on the same call; and each Function again with one
+conjugate planted in its backward (the complex bug the convention catches), which the checker must name "a wrong
+formula".
 
 Exit status: 0 where every real Function is clean and every planted one named; 1 otherwise.
 """
@@ -43,21 +43,6 @@ class AdjointConjugated(KbTableInterpAdjoint):
         return KbTableInterpAdjoint.backward(ctx, image.conj())
 
 
-def interp(function):
-    """function.apply with its tables passed one by one (the checker takes no list of tensors)."""
-    def forward(image, omega, n_shift, numpoints, table_oversamp, offsets, *tables):
-        return function.apply(image, omega, list(tables), n_shift, numpoints, table_oversamp, offsets)
-    forward.__name__ = function.__name__
-    return forward
-
-
-def interp_adjoint(function):
-    def adjoint(data, omega, n_shift, numpoints, table_oversamp, offsets, grid_size, *tables):
-        return function.apply(data, omega, list(tables), n_shift, numpoints, table_oversamp, offsets, grid_size)
-    adjoint.__name__ = function.__name__
-    return adjoint
-
-
 def calls(image_shape, data_shape):
     """The forward's and the adjoint's arguments, made as the suite makes them (its seed, its trajectory)."""
     torch.manual_seed(123)
@@ -67,11 +52,12 @@ def calls(image_shape, data_shape):
     omega = (torch.rand(len(im_size), data_shape[2], dtype=torch.float64) * 2 - 1) * torch.pi
     module = tkbn.KbInterp(im_size=im_size, grid_size=im_size)
     tables = [getattr(module, f"table_{i}") for i in range(len(im_size))]
-    shared = (omega, module.n_shift, module.numpoints, module.table_oversamp, module.offsets.to(torch.long))
-    # what the library's callers pass without a gradient: the trajectory, the tables, and the module's float buffers
-    no_grad = ["omega", "n_shift", "numpoints", "table_oversamp", *(f"tables[{i}]" for i in range(len(tables)))]
+    shared = (omega, tables, module.n_shift, module.numpoints, module.table_oversamp, module.offsets.to(torch.long))
+    # what the library's callers pass without a gradient: the trajectory and the module's float buffers (the
+    # tables, a list, pass as they are)
+    no_grad = ["omega", "n_shift", "numpoints", "table_oversamp"]
     grid_size = torch.tensor(im_size, dtype=torch.long)
-    return (image, *shared, *tables), (data, *shared, grid_size, *tables), no_grad
+    return (image, *shared), (data, *shared, grid_size), no_grad
 
 
 GRADCHECK_MAX = 2000  # elements: gradcheck steps each one, so the 3-d case's 16,848 would take minutes
@@ -94,17 +80,16 @@ def main():
     wrong = 0
     for image_shape, data_shape in SHAPES:
         forward_args, adjoint_args, no_grad = calls(image_shape, data_shape)
-        for name, make, args, real, planted in [
-                ("forward", interp, forward_args, KbTableInterpForward, ForwardConjugated),
-                ("adjoint", interp_adjoint, adjoint_args, KbTableInterpAdjoint, AdjointConjugated)]:
+        for name, args, real, planted in [("forward", forward_args, KbTableInterpForward, ForwardConjugated),
+                                          ("adjoint", adjoint_args, KbTableInterpAdjoint, AdjointConjugated)]:
             for function, want in [(real, []), (planted, ["a wrong formula"])]:
                 start = time.perf_counter()
-                report = check_backward(make(function), *args, no_grad=no_grad)
+                report = check_backward(function, *args, no_grad=no_grad)
                 seconds = time.perf_counter() - start
                 verdict = "as expected" if report.traps == want else "NOT as expected"
                 wrong += verdict != "as expected"
                 print(f"\n== {name}, image {image_shape}, data {data_shape}: {function.__name__} ({seconds:.1f} s); "
-                      f"gradcheck {gradcheck(make(function), args)}; {verdict}")
+                      f"gradcheck {gradcheck(function.apply, args)}; {verdict}")
                 print(report.text(book=False))
     print(f"\n{wrong} case(s) not as expected")
     return 1 if wrong else 0
