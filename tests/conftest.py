@@ -39,13 +39,5 @@ def pytest_sessionstart(session):
                     f"Fix: {sys.executable} -m pip install \"numpy<2\", or use torch 2.6 or newer (Triton 3.2+).",
                     returncode=2)
 
-
-@pytest.fixture(autouse=True)
-def _gpu_memory_handed_back():
-    """Each test's cached GPU memory handed back after it: pytest-xdist's workers share one card, and a worker's
-    caching allocator otherwise keeps its largest test's memory for the rest of the session (sixteen workers' peaks
-    filled an 80 GB H100, and checks of tiny ops met "CUDA error: out of memory")."""
-    yield
-    import torch
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+# Each test's cached GPU memory handed back after it (backward_check/tests/gpu_memory.py says why).
+from backward_check.tests.gpu_memory import gpu_memory_handed_back  # noqa: E402, F401  (autouse)

@@ -13,8 +13,6 @@ os.environ["COLUMNS"] = "1000"
 import importlib
 import pkgutil
 
-import pytest
-
 import backward_check
 import torch._dynamo  # noqa: F401
 
@@ -22,13 +20,5 @@ for _module in pkgutil.walk_packages(backward_check.__path__, "backward_check.")
     if not _module.name.startswith("backward_check.tests"):
         importlib.import_module(_module.name)
 
-
-@pytest.fixture(autouse=True)
-def _gpu_memory_handed_back():
-    """Each test's cached GPU memory handed back after it: pytest-xdist's workers share one card, and a worker's
-    caching allocator otherwise keeps its largest test's memory for the rest of the session (sixteen workers' peaks
-    filled an 80 GB H100, and checks of tiny ops met "CUDA error: out of memory")."""
-    yield
-    import torch
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+# Each test's cached GPU memory handed back after it (backward_check/tests/gpu_memory.py says why).
+from backward_check.tests.gpu_memory import gpu_memory_handed_back  # noqa: E402, F401  (autouse)
