@@ -37,6 +37,12 @@ over kinds, per size, and writes everything printed to --out.
         --max-minutes 3.5 --out run.log                                 # a CUDA GPU
     python benchmarks/check_cost.py --kinds softplus attention --sizes 1e4 --repeat 20
     python benchmarks/check_cost.py --no-breakdown --no-plugin --max-minutes 10
+    python benchmarks/check_cost.py --checker DIR ...                   # the checker of the tree in DIR
+
+An A/B of two checkers: put the other tree's checker in a folder (`mkdir DIR; git archive REV backward-check |
+tar -x -C DIR`), then run the same command in turns with --checker DIR and without, twice each (B, A, B, A): the
+two runs of one checker are its A/A, and a difference between the checkers counts only where it is larger than
+that.
 
 On a machine shared with other work, OMP_NUM_THREADS=1 keeps the timings steady (the committed CPU log
 was made so): with more threads than free cores, the op's own best-of-ten swung from run to run. Sizes
@@ -535,6 +541,14 @@ def breakdown(profiler, spent, calls, per_check, top):
 # The header: which tree, which checker, which machine
 # ----------------------------------------------------
 
+def use_checker(tree):
+    """Time the checker of the tree at `tree` (a folder holding its backward-check/): imported from there, and
+    its frames counted as the checker's in the breakdown. Before anything imports backward_check."""
+    global CHECKER
+    CHECKER = tree / "backward-check" / "backward_check"
+    sys.path.insert(0, str(tree / "backward-check"))
+
+
 def device_name(device):
     return torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU {platform.processor() or platform.machine()}"
@@ -551,7 +565,7 @@ def header(options, device):
     changed = [line.strip() for line in git("status", "--short", "backward-check").splitlines()]
     try:
         import stamp
-        checker = stamp.checker_hash()
+        checker = stamp.checker_hash(CHECKER.parent.parent)
     except Exception:  # noqa: BLE001
         checker = "unknown"
     where = device_name(device)
@@ -559,7 +573,9 @@ def header(options, device):
         (f"tree: {head}" + (f" with uncommitted changes in backward-check/: {', '.join(changed)}" if changed else
                             " (backward-check/ as committed)") if head and not os.environ.get("STAMP_TREE") else
          f"tree: {head or 'unknown (no git history here: set STAMP_TREE)'}") + f"; checker hash {checker} "
-        f"(tools/stamp.py: sha256 of the checker's files)",
+        f"(tools/stamp.py: sha256 of the checker's files)"
+        + ("" if CHECKER.is_relative_to(REPO / "backward-check") else
+           f"; the checker timed is not this tree's but the one in {CHECKER.parent.parent.name}/ (--checker)"),
         f"machine: {os.cpu_count()} CPUs, torch.get_num_threads() {torch.get_num_threads()}, {where}, "
         f"load average {os.getloadavg()[0]:.1f} at the start, "
         f"{platform.system()} {platform.machine()}; python {platform.python_version()}, torch {torch.__version__}",
@@ -592,7 +608,14 @@ def main():
     parser.add_argument("--max-minutes", type=float, default=math.inf,
                         help="start no new (size, kind) after this many minutes; those left are listed as skipped")
     parser.add_argument("--top", type=int, default=6, help="items in each line of the breakdown")
+    parser.add_argument("--checker", type=Path, help="a folder holding another tree's backward-check/ (`git archive "
+                        "REV backward-check | tar -x -C DIR`), whose checker to time instead of this tree's: run once "
+                        "with it and once without, in turns, for an A/B of two checkers")
     options = parser.parse_args()
+    if options.checker is not None:
+        if not (options.checker / "backward-check" / "backward_check").is_dir():
+            parser.error(f"--checker {options.checker}: no backward-check/backward_check/ in it")
+        use_checker(options.checker.resolve())
     try:
         sizes = [int(float(s)) for s in (options.sizes or ["1e3", "1e4", "1e5", "1e6"])]
         device = torch.device(options.device)
@@ -684,7 +707,7 @@ def main():
                             say(line)
                         continue
                     ratios[(n, mode)][kind] = took / op
-                    say(f"  {mode:<6} {took:8.2f} s  {took / op:10,.0f}x the op   {words}")
+                    say(f"  {mode:<6} {took:8.3f} s  {took / op:10,.0f}x the op   {words}")
                 del args
                 if device.type == "cuda":
                     torch.cuda.empty_cache()

@@ -128,6 +128,49 @@ def test_the_comparison_is_relative_with_no_floor():
     assert relative_error(small * (1 + 1e-9), small) < 1e-8
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_comparison_of_equal_values_is_zero_and_of_unequal_ones_as_before(seed):
+    """relative_error's shortcut for equal tensors: 0 there, and everywhere else the same number as the long way,
+    a typical given as a tensor or as its extent (NaN beside NaN, an infinity beside the same, rounding)."""
+    from backward_check.checks.truth import extent
+    right = seeded_randn(257, seed=seed).double()
+    typical = 3 * seeded_randn(257, seed=seed + 10).double()
+    assert relative_error(right.clone(), right) == 0.0
+    assert relative_error(right.clone(), right, typical=typical, allowance=1e-9) == 0.0
+    odd = right.clone()
+    odd[3], odd[7] = float("nan"), float("inf")
+    same_odd = odd.clone()
+    assert relative_error(same_odd, odd) == 0.0                      # NaN beside NaN and inf beside inf agree
+    assert relative_error(odd, right) == float("inf")                # a NaN where the right answer has none
+    off = right * (1 + 1e-6 * seeded_randn(257, seed=seed + 20).double())
+    for allowance in (0.0, 1e-9, torch.full_like(right, 1e-9)):
+        assert relative_error(off, right, typical=typical, allowance=allowance) == \
+            relative_error(off, right, typical=extent(typical), allowance=allowance) > 0
+    exact = right.float()                                             # float32 values, in float32 and float64
+    assert relative_error(exact, exact.double()) == 0.0               # dtypes apart: compared the long way
+    assert extent(torch.tensor([float("nan"), -2.0, 1.0])) == (pytest.approx(5 ** 0.5), 2.0)
+    assert extent(torch.tensor([float("nan")])) == (0.0, 0.0)
+
+
+def test_a_large_draw_is_made_on_the_tensors_device_and_a_small_one_on_the_cpu():
+    """Up to CPU_DRAW elements every machine draws the same values (on the CPU); past it the draw is made where
+    the tensor lives, where that device has a generator: a float64 draw on the CPU costs more than a check."""
+    assert strategies.CPU_DRAW <= 1 << 16  # at 2^22 the CPU's draws were four fifths of a check on an H100
+    assert strategies.draw_on(strategies.CPU_DRAW, "cpu").type == "cpu"
+    assert strategies.draw_on(10 * strategies.CPU_DRAW, "cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        assert strategies.draw_on(10 * strategies.CPU_DRAW, "cuda").type == "cpu"   # no generator there: the CPU
+        return
+    assert strategies.draw_on(strategies.CPU_DRAW, "cuda").type == "cpu"
+    assert strategies.draw_on(strategies.CPU_DRAW + 1, "cuda").type == "cuda"
+    small = torch.empty(64, 64, device="cuda")
+    assert torch.equal(strategies.randn(small.shape, small, "a stream").cpu(),
+                       strategies.randn(small.shape, small.cpu(), "a stream"))
+    large = torch.empty(256, 1024, device="cuda")
+    drawn = strategies.randn(large.shape, large, "a stream")
+    assert drawn.device == large.device and torch.equal(drawn, strategies.randn(large.shape, large, "a stream"))
+
+
 def test_a_zero_gradient_for_small_values_is_named():
     """(x * x).mean() with a backward that returns zeros: the gradient is below 1 everywhere."""
     zeros = type("MeanSquareZeros", (torch.autograd.Function,), {

@@ -15,8 +15,9 @@ has (or an integer that equals a size) is never grown. A grown input holds the g
 each scaled by a factor in (0.75, 1.25): the user's regime, with no two rows equal, and no two
 values equal that the factors made equal (no new ties for a selection op to break either way).
 
-Every random draw comes from a stream named for its use (draw(name, ...)), made on the CPU from its
-own generator, never torch's global one, and then moved to the device of the tensor it is like.
+Every random draw comes from a stream named for its use (draw(name, ...)), from its own generator, never
+torch's global one: made on the CPU and moved to the device of the tensor it is like, or, past CPU_DRAW
+elements, made on that device.
 """
 import math
 import zlib
@@ -29,10 +30,12 @@ BLOCK = 1024          # the chapter's kernels' block: a grown input spans severa
 GROWN_NUMEL = 3 * BLOCK + 1
 
 
-# Up to this many elements a draw is made on the CPU, the same values on every machine; past it, on the
-# tensor's own device from a generator seeded alike: hundreds of millions of float64 values drawn on the CPU
-# and copied over take longer than the check itself.
-CPU_DRAW = 1 << 22
+# Up to this many elements a draw is made on the CPU, the same values on every machine (a small input, as the
+# zoos' and most tests' are, is checked alike on a GPU and on the CPU); past it, on the tensor's own device from a
+# generator seeded alike. A float64 draw costs the CPU about 20 ns an element: on an H100, drawing on the CPU up to
+# 4M elements made four fifths of a check at 10^6 elements (3,600 to 7,100 times the op, against 480 to 1,000 at
+# 10^7, drawn on the GPU; benchmarks/results/check_cost_gpu_draws.log).
+CPU_DRAW = 1 << 12
 
 
 def generator(name, base=0, device="cpu"):
@@ -53,10 +56,17 @@ def draw_on(numel, device):
     return device
 
 
+# The dtype a draw is made in for a tensor of each dtype: float32 for the narrow ones, since their values are
+# float32's or narrower, and a float32 draw costs the CPU a quarter of a float64 one (a random grad_output was a
+# fifth of a check of 10^5 elements); float64 for the rest.
+DRAWN_IN = {torch.float32: torch.float32, torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
 def randn(shape, like, name, base=0):
     """Standard normal values of shape, drawn from stream name, with like's dtype and device."""
     where = draw_on(math.prod(shape), like.device)
-    drawn = torch.randn(tuple(shape), generator=generator(name, base, where), dtype=torch.float64, device=where)
+    drawn = torch.randn(tuple(shape), generator=generator(name, base, where),
+                        dtype=DRAWN_IN.get(like.dtype, torch.float64), device=where)
     return drawn.to(device=like.device, dtype=like.dtype)
 
 

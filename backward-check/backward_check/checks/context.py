@@ -15,7 +15,7 @@ import torch
 from ..calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
 from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Finding, Note
 from ..strategies import describe_shapes, input_layouts_for, randn
-from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, flat, narrowest, relative_error
+from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, extent, flat, narrowest, relative_error
 
 # autograd's own words when it refuses what a backward returned
 RETURNED_WRONG_WORDS = ("incorrect number of gradients", "returned an invalid gradient",
@@ -104,6 +104,8 @@ class Context:
         self.base = 0 if label == "given" else 1
         # True appended each time a backward of the op drew from torch's generators (seeded alike every call)
         self.drew = []
+        self._typical, self._typical_extents = {}, {}  # by input: see typical() and typical_extent()
+        self._last_drawn = (None, [])  # (stream name, its grad_outputs): see randoms()
         first = self.run("the forward")
         self.first = first
         self.outputs = [o.detach() for o in first.graded]
@@ -155,8 +157,12 @@ class Context:
         return randn(like.shape, like, name, self.base)
 
     def randoms(self, name):
-        """A random grad_output for each output that carries a gradient, from stream name."""
-        return [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)]
+        """A random grad_output for each output that carries a gradient, from stream name: fresh tensors each time.
+        The last stream drawn is kept, and asked for again (a check's loop over layouts or frozen inputs) it is
+        copied, not drawn again: a float64 draw costs the CPU fifty times a copy."""
+        if self._last_drawn[0] != name:
+            self._last_drawn = (name, [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)])
+        return [t.clone() for t in self._last_drawn[1]]
 
     # -- calls of the op ---------------------------------------------------------------------
 
@@ -337,7 +343,20 @@ class Context:
         """Input i's gradient under a random grad_output, the op's or the right one, whichever is larger: the
         floor for comparing two of the op's own gradients where one is exactly 0 (a masked region, a
         grad_output constant along a reduction), or both are rounding (a backward that ignores grad_output
-        returns a normaliser's gradient for grad_output = 1, which is 0 but for rounding)."""
+        returns a normaliser's gradient for grad_output = 1, which is 0 but for rounding). The same tensor for
+        every comparison of the context's (its norm and largest element: typical_extent)."""
+        if i not in self._typical:
+            self._typical[i] = self._typical_of(i)
+        return self._typical[i]
+
+    def typical_extent(self, i):
+        """(norm, largest element) of typical(i), as relative_error takes it: measured once, not per comparison."""
+        if i not in self._typical_extents:
+            t = self.typical(i)
+            self._typical_extents[i] = None if t is None else extent(t)
+        return self._typical_extents[i]
+
+    def _typical_of(self, i):
         first = self.repeat[0][i]
         own = None if first is None else flat(first).nan_to_num(0.0, 0.0, 0.0)
         right = self.right_under_repeat[i]
@@ -374,7 +393,8 @@ class Context:
         first, second = self.repeat
         if first[i] is None or second[i] is None or first[i].shape != second[i].shape:
             return 0.0
-        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical(i), allowance=self.rounding_floor)
+        return relative_error(flat(second[i]), flat(first[i]), typical=self.typical_extent(i),
+                              allowance=self.rounding_floor)
 
     def tolerance(self, i):
         """How far two of the op's own gradients may differ: the dtype's tolerance (the precision the
@@ -400,7 +420,8 @@ class Context:
                 if a[i].shape != b[i].shape:
                     differ[i] = float("inf")
                     continue
-                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical(i), allowance=self.rounding_floor)
+                error = relative_error(flat(a[i]), flat(b[i]), typical=self.typical_extent(i),
+                                       allowance=self.rounding_floor)
                 if error > self.tolerance(i):
                     differ[i] = error
         return differ

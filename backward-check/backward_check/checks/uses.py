@@ -18,8 +18,9 @@ def fan_in(context, check):
     got = context.grad_of(loss, run.leaves, "the backward, under fan-in")
     expected = context.expected([ak + bk for ak, bk in zip(a, b)])
     alone = context.vjp(a, "with the first consumer's grad_output alone")
-    right_alone = [i for i in context.op.inputs if i not in context.errors(alone, context.expected(a))
-                   and i not in context.noisy(context.expected(a))]
+    expected_alone = context.expected(a)  # the reference's three backwards, made once
+    right_alone = [i for i in context.op.inputs if i not in context.errors(alone, expected_alone)
+                   and i not in context.noisy(expected_alone)]
     wrong = context.errors(got, expected, right_alone)
     if wrong:  # a use count shows as a difference from the same backward called once with a + b
         once = context.vjp([ak + bk for ak, bk in zip(a, b)], "with the two consumers' grad_outputs summed")
