@@ -159,7 +159,7 @@ class Context:
     def randoms(self, name):
         """A random grad_output for each output that carries a gradient, from stream name: fresh tensors each time.
         The last stream drawn is kept, and asked for again (a check's loop over layouts or frozen inputs) it is
-        copied, not drawn again: a float64 draw costs the CPU fifty times a copy."""
+        copied, not drawn again: on the CPU a draw costs twenty to fifty times a copy."""
         if self._last_drawn[0] != name:
             self._last_drawn = (name, [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)])
         return [t.clone() for t in self._last_drawn[1]]
