@@ -1,0 +1,61 @@
+"""The cost benchmark's A/B tools: check_cost.py --checker times another tree's checker and says so, and
+compare_check_cost.py sets four runs side by side, counting a difference only beyond the runs' own A/A."""
+import shutil
+import subprocess
+import sys
+
+from chapter_scripts import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+def run(script, *args, cwd=REPO):
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def cost_log(path, seconds):
+    """A check_cost.py log with one kind at two sizes: {(elements, mode): seconds}."""
+    lines = ["tree: test; checker hash 000000000000 (tools/stamp.py: sha256 of the checker's files)"]
+    for elements in sorted({e for e, _ in seconds}):
+        lines += ["", f"softplus (elementwise), {elements:,} elements in (1, {elements}): op forward+backward 0.100 ms "
+                      f"(best of 10)"]
+        for (e, mode), took in seconds.items():
+            if e == elements:
+                lines.append(f"  {mode:<6} {took:8.3f} s  {took / 1e-4:10,.0f}x the op   37 forwards, 33 backwards of "
+                             f"the op (35 op steps' worth)  clean")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_two_checkers_compared_count_a_difference_only_beyond_their_own_spread(tmp_path):
+    # B twice as slow at 10^5 in both rounds, each checker within 5% of itself; at 10^3 B / A is 1.1 and 0.9
+    b1 = cost_log(tmp_path / "b1.log", {(100_000, "ref"): 2.0, (1000, "ref"): 0.11})
+    a1 = cost_log(tmp_path / "a1.log", {(100_000, "ref"): 1.0, (1000, "ref"): 0.10})
+    b2 = cost_log(tmp_path / "b2.log", {(100_000, "ref"): 2.1, (1000, "ref"): 0.09})
+    a2 = cost_log(tmp_path / "a2.log", {(100_000, "ref"): 1.05, (1000, "ref"): 0.10})
+    done = run("compare_check_cost.py", b1, a1, b2, a2, "--out", tmp_path / "out.log")
+    assert done.returncode == 0, done.stderr
+    assert "1e+05: B / A median 2.00; A/A spread 0.05; A faster beyond it in 1 of 1 rows" in done.stdout, done.stdout
+    assert "1e+03: B / A median 1.00; A/A spread 0.18; A faster beyond it in 0 of 1 rows, slower in 0" in done.stdout
+    assert (tmp_path / "out.log").read_text().strip() == done.stdout.strip()
+
+
+def test_a_log_that_is_not_the_benchmarks_is_refused_with_a_message(tmp_path):
+    (tmp_path / "empty.log").write_text("nothing here\n")
+    done = run("compare_check_cost.py", *(tmp_path / "empty.log",) * 3, tmp_path / "missing.log")
+    assert done.returncode == 2 and "compare_check_cost.py:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_cost_times_another_trees_checker_and_says_so(tmp_path):
+    done = run("check_cost.py", "--checker", tmp_path, "--sizes", "1e3", "--kinds", "mse", "--no-plugin")
+    assert done.returncode == 2 and "no backward-check/backward_check/ in it" in done.stderr, done.stderr
+    shutil.copytree(REPO / "backward-check", tmp_path / "backward-check",
+                    ignore=shutil.ignore_patterns("__pycache__", "tests", "examples"))
+    log = tmp_path / "run.log"
+    done = run("check_cost.py", "--checker", tmp_path, "--sizes", "1e3", "--kinds", "mse", "--no-fd", "--no-plugin",
+               "--no-breakdown", "--device", "cpu", "--repeat", "2", "--out", log)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = log.read_text()
+    assert f"the checker timed is not this tree's but the one in {tmp_path.name}/ (--checker)" in text, text[:600]
+    assert "  ref " in text and "clean" in text
