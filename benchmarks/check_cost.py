@@ -606,7 +606,7 @@ def main():
     parser.add_argument("--breakdown-max", type=float, default=math.inf,
                         help="profile only sizes up to this many elements")
     parser.add_argument("--max-minutes", type=float, default=math.inf,
-                        help="start no new (size, kind) after this many minutes; those left are listed as skipped")
+                        help="start no new (size, kind) after this many minutes; those left are listed as left out")
     parser.add_argument("--top", type=int, default=6, help="items in each line of the breakdown")
     parser.add_argument("--checker", type=Path, help="a folder holding another tree's backward-check/ (`git archive "
                         "REV backward-check | tar -x -C DIR`), whose checker to time instead of this tree's: run once "
@@ -661,63 +661,79 @@ def main():
         for n in sizes:
             for kind in options.kinds:
                 if (time.perf_counter() - began) / 60 > options.max_minutes:
-                    skipped.append(f"{kind} {n:.0e}")
+                    skipped.append(f"{kind} {n:.0e} (past --max-minutes {options.max_minutes:g})")
                     continue
-                fn, reference, make, what = KINDS[kind]
-                torch.manual_seed(0)
-                args, extra = make(n, device)
-                first = args[0]
-                op = op_seconds(fn, args, options.repeat)
-                say()
-                say(f"{kind} ({what}), {first.numel():,} elements in {tuple(first.shape)}: "
-                    f"op forward+backward {op * 1e3:.3f} ms (best of {options.repeat})")
-                rows = []
-                for mode in modes:
-                    try:
-                        took, verdict, calls, spent, per_check, _ = check_seconds(
-                            fn, args, extra, reference if mode == "ref" else None)
-                    except Exception as error:  # noqa: BLE001  (out of memory, say: a row that says so)
-                        say(f"  {mode:<6} failed: {type(error).__name__}: {str(error)[:160]}")
-                        continue
-                    n_fwd = sum(c for k, c in calls.items() if k[2] == "forward")
-                    n_bwd = sum(c for k, c in calls.items() if k[2] == "backward")
-                    rows.append((mode, took, f"{n_fwd} forwards, {n_bwd} backwards of the op "
-                                             f"({(n_fwd + n_bwd) / 2:,.0f} op steps' worth)  {verdict}"))
-                    if not options.no_breakdown and n <= options.breakdown_max:
-                        _, _, calls, spent, per_check, profiler = check_seconds(
-                            fn, args, extra, reference if mode == "ref" else None, profile=True)
-                        rows.append((None, None, breakdown(profiler, spent, calls, per_check, options.top)))
-                        del profiler
-                if worker is not None:
-                    try:
-                        took, recorded, verdict = plugin_seconds(worker, fn, args)
-                        rows.append(("plugin", took, f"(recording {recorded:.3f} s; the rest the worker's round "
-                                                     f"trip)  {verdict[:80]}"))
-                    except Exception as error:  # noqa: BLE001
-                        say(f"  plugin failed: {type(error).__name__}: {str(error)[:160]}")
-                # The op again, after the checks: on a shared machine one burst of load can slow a best of
-                # ten; the best of both is the op's cost.
-                again = op_seconds(fn, args, options.repeat)
-                say(f"  the op again after the checks: {again * 1e3:.3f} ms; the ratios use the best, "
-                    f"{min(op, again) * 1e3:.3f} ms")
-                op = min(op, again)
-                for mode, took, words in rows:
-                    if mode is None:
-                        for line in words:
-                            say(line)
-                        continue
-                    ratios[(n, mode)][kind] = took / op
-                    say(f"  {mode:<6} {took:8.3f} s  {took / op:10,.0f}x the op   {words}")
-                del args
+                try:
+                    measure_kind(kind, n, device, modes, worker, options, ratios, say)
+                except torch.cuda.OutOfMemoryError as error:  # the op itself, or its copies, past the device's memory
+                    say(f"{kind} at {n:.0e} elements: out of memory ({str(error).splitlines()[0][:160]}); left out")
+                    skipped.append(f"{kind} {n:.0e} (out of memory)")
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
     finally:
         if worker is not None:
             worker.stop()
+    summary(sizes, modes, worker, ratios, skipped, options, device, began, say)
+    return 0
 
-    # %%
-    # The summary: the median and the worst ratio over kinds, per size
-    # ----------------------------------------------------------------
+
+def measure_kind(kind, n, device, modes, worker, options, ratios, say):
+    """One kind at one size: the op's own forward + backward, then each check, their rows said and their ratios
+    filed in ratios."""
+    fn, reference, make, what = KINDS[kind]
+    torch.manual_seed(0)
+    args, extra = make(n, device)
+    first = args[0]
+    op = op_seconds(fn, args, options.repeat)
+    say()
+    say(f"{kind} ({what}), {first.numel():,} elements in {tuple(first.shape)}: "
+        f"op forward+backward {op * 1e3:.3f} ms (best of {options.repeat})")
+    rows = []
+    for mode in modes:
+        try:
+            took, verdict, calls, spent, per_check, _ = check_seconds(
+                fn, args, extra, reference if mode == "ref" else None)
+        except Exception as error:  # noqa: BLE001  (out of memory, say: a row that says so)
+            say(f"  {mode:<6} failed: {type(error).__name__}: {str(error)[:160]}")
+            continue
+        n_fwd = sum(c for k, c in calls.items() if k[2] == "forward")
+        n_bwd = sum(c for k, c in calls.items() if k[2] == "backward")
+        rows.append((mode, took, f"{n_fwd} forwards, {n_bwd} backwards of the op "
+                                 f"({(n_fwd + n_bwd) / 2:,.0f} op steps' worth)  {verdict}"))
+        if not options.no_breakdown and n <= options.breakdown_max:
+            _, _, calls, spent, per_check, profiler = check_seconds(
+                fn, args, extra, reference if mode == "ref" else None, profile=True)
+            rows.append((None, None, breakdown(profiler, spent, calls, per_check, options.top)))
+            del profiler
+    if worker is not None:
+        try:
+            took, recorded, verdict = plugin_seconds(worker, fn, args)
+            rows.append(("plugin", took, f"(recording {recorded:.3f} s; the rest the worker's round "
+                                         f"trip)  {verdict[:80]}"))
+        except Exception as error:  # noqa: BLE001
+            say(f"  plugin failed: {type(error).__name__}: {str(error)[:160]}")
+    # The op again, after the checks: on a shared machine one burst of load can slow a best of
+    # ten; the best of both is the op's cost.
+    again = op_seconds(fn, args, options.repeat)
+    say(f"  the op again after the checks: {again * 1e3:.3f} ms; the ratios use the best, "
+        f"{min(op, again) * 1e3:.3f} ms")
+    op = min(op, again)
+    for mode, took, words in rows:
+        if mode is None:
+            for line in words:
+                say(line)
+            continue
+        ratios[(n, mode)][kind] = took / op
+        say(f"  {mode:<6} {took:8.3f} s  {took / op:10,.0f}x the op   {words}")
+    del args
+
+
+# %%
+# The summary: the median and the worst ratio over kinds, per size
+# ----------------------------------------------------------------
+
+def summary(sizes, modes, worker, ratios, skipped, options, device, began, say):
+    """The median and worst ratio of each size and mode, what was left out and why, and the run's minutes."""
     say()
     say(f"summary on {device.type} ({device_name(device)}): check seconds "
         f"/ the op's forward+backward seconds, over kinds {', '.join(options.kinds)}")
@@ -732,9 +748,8 @@ def main():
                 f"{worst:<14} {len(got)}")
     say("  goal: median at most 100, worst at most 300")
     if skipped:
-        say(f"skipped (past --max-minutes {options.max_minutes:g}): {', '.join(skipped)}")
+        say(f"left out: {', '.join(skipped)}")
     say(f"run took {(time.perf_counter() - began) / 60:.1f} min")
-    return 0
 
 
 if __name__ == "__main__":
