@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from chapter_scripts import REPO, requires_gpu, seeded_randn
 
@@ -93,3 +94,58 @@ def test_a_real_out_of_bounds_kernel_is_the_ops_fault(tmp_path):
     assert "TRAP  crashes" in text and "the op faulted the GPU" in text, text
     assert "after .sum(dim=-1) (stride 0 along the last dim)" in text, text
     assert "please report" not in text, text
+
+
+# -- the device out of memory: the checker's copies took the room, not the op's crash ------------------------------
+
+NO_ROOM = ("CUDA out of memory. Tried to allocate 764.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which "
+           "68.62 MiB is free.")
+
+
+def short_of_memory(after_calls, in_backward=False, words=None):
+    """A right square (x * x) that, from its after_calls-th call on (forward calls, or backward calls), raises what
+    PyTorch raises when the device has no room left: as a correct op does at 10^8 elements on an 80 GB card once the
+    checker's float64 copies of its inputs and gradients fill it (an H100, softmax and attention: "crashes" before)."""
+    calls = {"forward": 0, "backward": 0}
+
+    def full(which):
+        calls[which] += 1
+        if calls[which] >= after_calls:
+            raise torch.cuda.OutOfMemoryError(NO_ROOM) if words is None else RuntimeError(words)
+
+    class ShortOfMemory(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if not in_backward:
+                full("forward")
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            if in_backward:
+                full("backward")
+            x, = ctx.saved_tensors
+            return 2 * x * grad_output
+
+    return ShortOfMemory
+
+
+@pytest.mark.parametrize("after_calls", [1, 2, 6, 30])
+@pytest.mark.parametrize("in_backward", [False, True])
+@pytest.mark.parametrize("words", [None, "CUDA error: out of memory", "DefaultCPUAllocator: can't allocate memory: "
+                                   "you tried to allocate 800000000 bytes"])
+@pytest.mark.parametrize("reference", [lambda x: x * x, None], ids=["reference", "finite differences"])
+def test_an_op_that_finds_no_memory_under_the_checker_is_undecided_never_a_crash(after_calls, in_backward, words,
+                                                                                 reference):
+    op = short_of_memory(after_calls, in_backward, words)
+    report = check_backward(op, seeded_randn(40, 30, seed=after_calls), reference=reference)
+    assert report.traps == [], str(report)
+    assert report.undecided and "out of memory" in str(report), str(report)
+    assert "please report it" not in str(report) and "Traceback" not in str(report), str(report)
+
+
+def test_another_raise_of_the_op_is_still_its_crash():
+    op = short_of_memory(6, words="RuntimeError: shape '[2, 6]' is invalid for input of size 60")
+    report = check_backward(op, seeded_randn(40, 30, seed=3), reference=lambda x: x * x)
+    assert "crashes" in report.traps, str(report)

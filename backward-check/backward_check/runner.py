@@ -20,7 +20,7 @@ import torch
 from .checks import compiled, returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
 from .calling import ComplexOutputs, UsageError, clip, is_function
-from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
+from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised, OutOfMemory, out_of_memory
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
@@ -133,6 +133,15 @@ def too_early(raised):
 
 
 LOST = "the GPU context is lost"
+NO_ROOM = "out of memory"
+
+
+def no_room(check, what, message):
+    """Undecided, for a check whose call of the op (or the checker's own work) found no memory left: the suite's
+    call had room, so the op did not crash; the checker's copies beside it took the room, and nothing is decided."""
+    return Undecided(check, f"out of memory in {what} ({message}): the checker's copies of the inputs and gradients "
+                            f"beside the op's own left no room, so nothing is decided here; check the op at a smaller "
+                            f"size of the same shapes, or with less else on the device", because=NO_ROOM)
 
 
 def device_lost(device):
@@ -162,6 +171,8 @@ def attempt(check, context):
         raise
     except Unkept as unkept:
         return [Undecided(check.name, unkept_words(context, unkept, "so this check decides nothing"))]
+    except OutOfMemory as oom:
+        return [no_room(check.name, f"a call of the op ({oom.what}{context.where()})", oom.message)]
     except OpFaulted as fault:
         return [context.finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}",
                                 then=f": {fault.message}; {LOST}, so no later check in this process can run (the "
@@ -182,6 +193,8 @@ def attempt(check, context):
         return [context.finding(check.name, raised.trap, f"{raised.what}: {message}",
                                 error=type(raised.error).__name__)]
     except Exception as error:  # the checker's own failure: never a traceback, never a verdict
+        if out_of_memory(error):  # the checker's own copies found no room: not its fault, nor the op's
+            return [no_room(check.name, "the checker's own work" + context.where(), clip(error, 120))]
         if any(word in str(error) for word in FAULT_WORDS) or device_lost(op_device(context)):
             return [Undecided(check.name, f"{LOST} (a fault of the op's, in an earlier call, or in this check's: "
                                           f"{clip(error, 120)}), so this check could not run", because=LOST)]
@@ -301,6 +314,8 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
     options = {"second_order": second_order, "compile": compile_backend}
     try:
         given = Context(op, op.values, GIVEN, reference, options=options)
+    except OutOfMemory as oom:
+        return [no_room(FORWARD, f"a call of the op ({oom.what})", oom.message)], describe_shapes(op.values)
     except OpFaulted as fault:
         return [Finding(FORWARD, CRASHES, f"the op faulted the GPU in its forward: {fault.message}; {LOST}",
                         error=type(fault.error).__name__)], describe_shapes(op.values)
@@ -314,7 +329,7 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
     try:
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
-    except (OpRaised, OpFaulted):
+    except (OpRaised, OpFaulted, OutOfMemory):
         pass  # the op refuses nudged values, or faults on them: the checks that need the right gradient say so
     outcomes = contract_notes(given) + run_set(given, options)
     checked = [describe_shapes(op.values)]
@@ -322,6 +337,9 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
         try:
             context, note = grown_context(op, given, reference, outcomes)
+        except OutOfMemory as oom:
+            context, note = None, no_room("the grown inputs", f"a call of the op ({oom.what}, on inputs grown past "
+                                                              f"one block)", oom.message)
         except OpFaulted as fault:
             context, note = None, Finding("the grown inputs", CRASHES,
                                           f"the op faulted the GPU on inputs grown past one block ({fault.what}): "
@@ -336,6 +354,6 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         outcomes = per_call(outcomes)
     try:
         truth = given.truth.describe()
-    except (OpRaised, UsageError):
+    except (OpRaised, OpFaulted, OutOfMemory, UsageError):
         truth = "the reference, in float64" if reference is not None else "finite differences"
     return outcomes, f"{' and '.join(checked)}; against {truth}"

@@ -53,18 +53,46 @@ def faulted(error):
     return any(word in str(error) for word in FAULT_WORDS)
 
 
+# torch's words when an allocation finds no room: the CUDA caching allocator's, a launch's, the CPU allocator's
+OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory")
+
+
+def out_of_memory(error):
+    """Whether error is an allocation that found no room (on the GPU or the CPU)."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or any(w in str(error) for w in OUT_OF_MEMORY_WORDS)
+
+
+class OutOfMemory(Exception):
+    """The op's call ran out of memory where the checker made it (what says where). The suite's own call of the op
+    had room; the checker's call has less, beside its copies of the inputs and gradients. So it is not the op's
+    crash, and decides nothing: the runner says so, as undecided."""
+
+    def __init__(self, what, error):
+        super().__init__(what)
+        self.what, self.error = what, error
+
+    @property
+    def message(self):
+        first = str(self.error).strip().splitlines()
+        return clip(f"{type(self.error).__name__}: {first[0] if first else ''}")
+
+
 def reraise_fault(what, error):
-    """Raises OpFaulted where error is a fault that loses the GPU context: a check that catches the op's
-    raise to judge it (a refusal is legal, say) must never take a lost context for one."""
+    """Raises OpFaulted where error is a fault that loses the GPU context, OutOfMemory where it found no room: a check
+    that catches the op's raise to judge it (a refusal is legal, say) must never take either for one."""
     if faulted(error):
         raise OpFaulted(what, error) from error
+    if out_of_memory(error):
+        raise OutOfMemory(what, error) from error
 
 
 def raised(what, error, made_up=False, frozen=()):
-    """The exception for the op's raise at what: OpFaulted for a fault that loses the GPU context, else
-    OpRaised."""
+    """The exception for the op's raise at what: OpFaulted for a fault that loses the GPU context, OutOfMemory for an
+    allocation that found no room, else OpRaised."""
     if faulted(error):
         return OpFaulted(what, error)
+    if out_of_memory(error):
+        return OutOfMemory(what, error)
     return OpRaised(what, error, made_up=made_up, frozen=frozen)
 
 

@@ -2,7 +2,7 @@
 import torch
 
 from ..calling import forward, seeded_grad
-from .context import OpRaised, reraise_fault
+from .context import raised, reraise_fault
 from ..report import SECOND_ORDER, Passed, Undecided
 from .truth import TOLERANCE, flat, relative_error
 
@@ -29,7 +29,7 @@ def second_order(context, check):
         reraise_fault("under create_graph=True", error)
         return [Passed(check)]
     except Exception as error:  # any other raise is the op's, under create_graph=True
-        raise OpRaised("under create_graph=True", error) from error
+        raise raised("under create_graph=True", error) from error
     if context.reference is None:
         what = ("the gradient carries no graph, which is right only for an op linear in its inputs" if got is None
                 else "the gradient carries a graph, and nothing here says whether it is the right one")
