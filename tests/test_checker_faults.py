@@ -149,3 +149,51 @@ def test_another_raise_of_the_op_is_still_its_crash():
     op = short_of_memory(6, words="RuntimeError: shape '[2, 6]' is invalid for input of size 60")
     report = check_backward(op, seeded_randn(40, 30, seed=3), reference=lambda x: x * x)
     assert "crashes" in report.traps, str(report)
+
+
+def test_an_ops_own_message_about_memory_bounds_is_still_its_crash():
+    """Only torch's own out-of-memory errors are taken for no room: an op's assertion that merely says "out of
+    memory" in its words is its crash, as before."""
+    op = short_of_memory(6, words="scratch index 4097 past the workspace: shared scratch out of memory bounds")
+    report = check_backward(op, seeded_randn(40, 30, seed=4), reference=lambda x: x * x)
+    assert "crashes" in report.traps, str(report)
+
+
+class WrongFormulaShortOnCopies(torch.autograd.Function):
+    """3x where 2x is right, and no room left to copy a non-contiguous grad_output (as g.contiguous() at 10^8
+    elements): the wrong formula is still named; the layouts it could not take are undecided, not its crash."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if not grad_output.is_contiguous():
+            raise torch.cuda.OutOfMemoryError(NO_ROOM)
+        x, = ctx.saved_tensors
+        return 3 * x * grad_output
+
+
+def test_no_room_for_a_side_call_keeps_the_trap_already_found():
+    report = check_backward(WrongFormulaShortOnCopies, seeded_randn(40, 30, seed=5), reference=lambda x: x * x)
+    assert report.traps == ["a wrong formula"], str(report)
+    assert "crashes" not in str(report)
+
+
+def test_a_reference_or_the_checkers_own_work_out_of_memory_is_undecided_never_a_traceback(monkeypatch):
+    def reference_short_of_memory(x):
+        raise torch.cuda.OutOfMemoryError(NO_ROOM)
+
+    report = check_backward(short_of_memory(10 ** 9), seeded_randn(40, 30, seed=6), reference=reference_short_of_memory)
+    assert report.traps == [] and "out of memory in a call of the reference" in str(report), str(report)
+
+    from backward_check.checks import context as context_module
+
+    def cat_short_of_memory(*args, **kwargs):  # the checker's torch.cat of the first forward's outputs
+        raise torch.cuda.OutOfMemoryError(NO_ROOM)
+
+    monkeypatch.setattr(context_module, "computed_precision", cat_short_of_memory)
+    report = check_backward(short_of_memory(10 ** 9), seeded_randn(40, 30, seed=7), reference=lambda x: x * x)
+    assert report.traps == [] and "out of memory in the checker's own work" in str(report), str(report)

@@ -34,6 +34,39 @@ class ComplexOutputs(UsageError):
     real and imaginary parts (complex_parts)."""
 
 
+# torch's own words for an allocation that found no room, where it raises a plain RuntimeError rather than
+# torch.OutOfMemoryError: a CUDA launch's, the CPU allocator's, cuBLAS's and cuDNN's workspaces'
+OUT_OF_MEMORY_WORDS = ("CUDA error: out of memory", "CUDA out of memory", "DefaultCPUAllocator: can't allocate memory",
+                       "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def out_of_memory(error):
+    """Whether error is torch's for an allocation that found no room (on the GPU or the CPU): its OutOfMemoryError,
+    or a RuntimeError in its own words for one. Not any message that happens to say "out of memory" (an op's own
+    assertion about its bounds stays the op's)."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        type(error) is RuntimeError and any(w in str(error) for w in OUT_OF_MEMORY_WORDS))
+
+
+REFERENCE_CALL = "the reference"  # what an OutOfMemory of the reference's own call says
+
+
+class OutOfMemory(Exception):
+    """The op's call (or the checker's own work) ran out of memory where the checker made it (what says where). The
+    suite's own call of the op had room; the checker's has less, beside its copies of the inputs and gradients. So it
+    is not the op's crash, and decides nothing: the runner says so, as undecided; a check that would fall back where
+    the op refuses a call of the checker's own making falls back alike."""
+
+    def __init__(self, what, error):
+        super().__init__(what)
+        self.what, self.error = what, error
+
+    @property
+    def message(self):
+        first = str(self.error).strip().splitlines()
+        return clip(f"{type(self.error).__name__}: {first[0] if first else ''}")
+
+
 class Sample:
     """The op's own arguments, kept apart from the checker's options (as OpInfo's SampleInput is):
     check_backward(op, Sample(x, target, reduction="none", reference=r), reference=my_reference)

@@ -19,8 +19,9 @@ import torch
 
 from .checks import compiled, returned, second_order, state, strides, uses, values, writes
 from .backend import TOO_LATE
-from .calling import ComplexOutputs, UsageError, clip, is_function
-from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised, OutOfMemory, out_of_memory
+from .calling import (REFERENCE_CALL, ComplexOutputs, OutOfMemory, UsageError, clip, is_function,
+                      out_of_memory)
+from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
 from .contracts import Unkept, found
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
@@ -136,6 +137,11 @@ LOST = "the GPU context is lost"
 NO_ROOM = "out of memory"
 
 
+def called(what, where=""):
+    """Where a call found no room: the reference's own call, or the op's (what the checker was doing)."""
+    return f"a call of {what}{where}" if what == REFERENCE_CALL else f"a call of the op ({what}{where})"
+
+
 def no_room(check, what, message):
     """Undecided, for a check whose call of the op (or the checker's own work) found no memory left: the suite's
     call had room, so the op did not crash; the checker's copies beside it took the room, and nothing is decided."""
@@ -172,7 +178,7 @@ def attempt(check, context):
     except Unkept as unkept:
         return [Undecided(check.name, unkept_words(context, unkept, "so this check decides nothing"))]
     except OutOfMemory as oom:
-        return [no_room(check.name, f"a call of the op ({oom.what}{context.where()})", oom.message)]
+        return [no_room(check.name, called(oom.what, context.where()), oom.message)]
     except OpFaulted as fault:
         return [context.finding(check.name, CRASHES, f"the op faulted the GPU {fault.what}",
                                 then=f": {fault.message}; {LOST}, so no later check in this process can run (the "
@@ -315,7 +321,11 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
     try:
         given = Context(op, op.values, GIVEN, reference, options=options)
     except OutOfMemory as oom:
-        return [no_room(FORWARD, f"a call of the op ({oom.what})", oom.message)], describe_shapes(op.values)
+        return [no_room(FORWARD, called(oom.what), oom.message)], describe_shapes(op.values)
+    except RuntimeError as error:  # the checker's own work on the first forward's outputs found no room
+        if not out_of_memory(error):
+            raise
+        return [no_room(FORWARD, "the checker's own work", clip(error, 120))], describe_shapes(op.values)
     except OpFaulted as fault:
         return [Finding(FORWARD, CRASHES, f"the op faulted the GPU in its forward: {fault.message}; {LOST}",
                         error=type(fault.error).__name__)], describe_shapes(op.values)
@@ -331,15 +341,26 @@ def run(op, reference, second_order=False, grow_inputs=True, compile_backend=Non
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
     except (OpRaised, OpFaulted, OutOfMemory):
         pass  # the op refuses nudged values, or faults on them: the checks that need the right gradient say so
-    outcomes = contract_notes(given) + run_set(given, options)
+    try:
+        outcomes = contract_notes(given)
+    except RuntimeError as error:  # reading the inputs' contract found no room: nothing noted, the checks go on
+        if not out_of_memory(error):
+            raise
+        outcomes = []
+    outcomes += run_set(given, options)
     checked = [describe_shapes(op.values)]
     context = None
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
         try:
             context, note = grown_context(op, given, reference, outcomes)
         except OutOfMemory as oom:
-            context, note = None, no_room("the grown inputs", f"a call of the op ({oom.what}, on inputs grown past "
-                                                              f"one block)", oom.message)
+            context, note = None, no_room("the grown inputs", called(oom.what, ", on inputs grown past one block"),
+                                          oom.message)
+        except RuntimeError as error:  # growing the inputs, the checker's own work, found no room
+            if not out_of_memory(error):
+                raise
+            context, note = None, no_room("the grown inputs", "the checker's own work, growing the inputs",
+                                          clip(error, 120))
         except OpFaulted as fault:
             context, note = None, Finding("the grown inputs", CRASHES,
                                           f"the op faulted the GPU on inputs grown past one block ({fault.what}): "

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from ..calling import UsageError, announce, carries_gradient, clip, forward, seeded_grad
+from ..calling import (OutOfMemory, UsageError, announce, carries_gradient, clip, forward, out_of_memory,
+                       seeded_grad)
 from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Finding, Note
 from ..strategies import describe_shapes, input_layouts_for, randn
 from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, extent, flat, narrowest, relative_error
@@ -51,30 +52,6 @@ class OpFaulted(Exception):
 
 def faulted(error):
     return any(word in str(error) for word in FAULT_WORDS)
-
-
-# torch's words when an allocation finds no room: the CUDA caching allocator's, a launch's, the CPU allocator's
-OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory")
-
-
-def out_of_memory(error):
-    """Whether error is an allocation that found no room (on the GPU or the CPU)."""
-    return isinstance(error, torch.cuda.OutOfMemoryError) or any(w in str(error) for w in OUT_OF_MEMORY_WORDS)
-
-
-class OutOfMemory(Exception):
-    """The op's call ran out of memory where the checker made it (what says where). The suite's own call of the op
-    had room; the checker's call has less, beside its copies of the inputs and gradients. So it is not the op's
-    crash, and decides nothing: the runner says so, as undecided."""
-
-    def __init__(self, what, error):
-        super().__init__(what)
-        self.what, self.error = what, error
-
-    @property
-    def message(self):
-        first = str(self.error).strip().splitlines()
-        return clip(f"{type(self.error).__name__}: {first[0] if first else ''}")
 
 
 def reraise_fault(what, error):
@@ -186,11 +163,15 @@ class Context:
 
     def randoms(self, name):
         """A random grad_output for each output that carries a gradient, from stream name: fresh tensors each time.
-        The last stream drawn is kept, and asked for again (a check's loop over layouts or frozen inputs) it is
-        copied, not drawn again: on the CPU a draw costs twenty to fifty times a copy."""
-        if self._last_drawn[0] != name:
-            self._last_drawn = (name, [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)])
-        return [t.clone() for t in self._last_drawn[1]]
+        On the CPU the last stream drawn is kept, and asked for again (a check's loop over layouts or frozen inputs)
+        it is copied, not drawn again: there a draw costs twenty to fifty times a copy. On a GPU a draw is one kernel,
+        as a copy is, and a kept one would hold device memory a large op needs."""
+        if self._last_drawn[0] == name:
+            return [t.clone() for t in self._last_drawn[1]]
+        drawn = [randn(o.shape, o, f"{name} {k}", self.base) for k, o in enumerate(self.outputs)]
+        if all(t.device.type == "cpu" for t in drawn):
+            self._last_drawn = (name, [t.clone() for t in drawn])
+        return drawn
 
     # -- calls of the op ---------------------------------------------------------------------
 
@@ -249,7 +230,7 @@ class Context:
                 if error is not None and error <= FORWARD_WRONG:
                     truth.calibrate(error)
                 self._truth = truth
-            except (OpRaised, UsageError) as error:
+            except (OpRaised, OutOfMemory, UsageError) as error:
                 self._truth = error
             except Exception as error:  # noqa: BLE001  (finite differences call the op on nudged values)
                 self._truth = raised(DIFFERENCED, error, made_up=True)
@@ -301,12 +282,12 @@ class Context:
         calls = {"a": a, "b": b, "c": c, "a + b": summed(a, b), "b + c": summed(b, c)}
         try:
             got = {key: self.vjp(g, f"with grad_output {key} (the op's own noise)") for key, g in calls.items()}
-        except OpRaised:
+        except (OpRaised, OutOfMemory):
             return {}
         try:
             laid = self.vjp([laid_out_otherwise(t) for t in a], "with grad_output a laid out otherwise (the op's "
                                                                  "own noise)")
-        except OpRaised:
+        except (OpRaised, OutOfMemory):
             laid = [None] * len(self.values)
         noise = {}
         for i in self.op.inputs:
@@ -398,7 +379,7 @@ class Context:
         truth knows every element of it (None elsewhere)."""
         try:
             expected = self.expected(self.repeat_grad_outputs)
-        except (OpRaised, UsageError):
+        except (OpRaised, OutOfMemory, UsageError):
             return [None] * len(self.values)
         return [g.nan_to_num(0.0, 0.0, 0.0) if g is not None and index is None else None
                 for g, index in zip(expected.grads, expected.indices)]

@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from ..calling import (UsageError, carries_gradient, clip, flatten, holds_tensors, same_layout, seeded_call,
-                       seeded_grad, tensors_afresh)
+from ..calling import (REFERENCE_CALL, OutOfMemory, UsageError, carries_gradient, clip, flatten, holds_tensors,
+                       out_of_memory, same_layout, seeded_call, seeded_grad, tensors_afresh)
 from ..contracts import found, projection
 from ..strategies import BLOCK, generator, randn_flat
 
@@ -357,7 +357,9 @@ class Reference:
             self.dtype = None
             try:
                 outs = self._outputs(None)[1]
-            except Exception as error:  # noqa: BLE001  the reference itself is broken: the caller's to fix
+            except Exception as error:  # the reference itself is broken: the caller's to fix
+                if out_of_memory(error):  # unless it found no room beside the checker's copies
+                    raise OutOfMemory(REFERENCE_CALL, error) from error
                 raise UsageError(f"the reference raised {type(error).__name__}: "
                                  f"{clip(error)}") from None
         self.forward = [o.detach().double() for o in outs]

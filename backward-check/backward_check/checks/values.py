@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from ..calling import is_function
+from ..calling import OutOfMemory, is_function
 from .context import OpFaulted, OpRaised
 from ..report import (CONTIGUOUS_INPUT, COVERS_PART, FORWARD_PRECISION, IGNORES_GRAD_OUTPUT, KEEPS_STATE,
                      LAID_OUT_LIKE_INPUT, RETURNS_WRONG, UNIFORM_GRAD_OUTPUT, WRONG_FORMULA, WRONG_FORWARD, Finding,
@@ -63,7 +63,7 @@ def given_layout_at_fault(context):
     values = [v.contiguous() if k in laid_out else v for k, v in enumerate(context.values)]
     try:
         outputs = context.run("with the inputs made contiguous", values=values, made_up=True).graded
-    except OpRaised:
+    except (OpRaised, OutOfMemory):
         return ""
     if context.truth.forward_error(outputs) > FORWARD_WRONG:
         return ""
@@ -259,7 +259,7 @@ def scales_with_grad_output(context, i, g, got):
         return False
     try:
         tripled = context.vjp([3 * t for t in g], "with grad_output tripled")[i]
-    except OpRaised:
+    except (OpRaised, OutOfMemory):
         return False
     if tripled is None:
         return False
@@ -295,7 +295,7 @@ def right_with_grad_output_laid_out_like(context, i, g, expected):
         laid = [laid_out_as(t, x) if k == shapes[0] else t for k, t in enumerate(g)]
         try:
             got = context.vjp(laid, f"with grad_output laid out like {context.arg(j)}", fresh=False)
-        except OpRaised:
+        except (OpRaised, OutOfMemory):
             continue
         if expected.error(got[i], i, context.values[i].shape) <= 1.0:
             return context.arg(j)
