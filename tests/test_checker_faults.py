@@ -107,11 +107,15 @@ def short_of_memory(after_calls, in_backward=False, words=None):
     PyTorch raises when the device has no room left: as a correct op does at 10^8 elements on an 80 GB card once the
     checker's float64 copies of its inputs and gradients fill it (an H100, softmax and attention: "crashes" before)."""
     calls = {"forward": 0, "backward": 0}
+    # a launch's error comes as torch.AcceleratorError, a RuntimeError of its own, where torch has it (2.8 and on)
+    launch_error = getattr(torch, "AcceleratorError", RuntimeError)
 
     def full(which):
         calls[which] += 1
         if calls[which] >= after_calls:
-            raise torch.cuda.OutOfMemoryError(NO_ROOM) if words is None else RuntimeError(words)
+            if words is None:
+                raise torch.cuda.OutOfMemoryError(NO_ROOM)
+            raise (launch_error if words.startswith("CUDA error") else RuntimeError)(words)
 
     class ShortOfMemory(torch.autograd.Function):
         @staticmethod

@@ -42,10 +42,10 @@ OUT_OF_MEMORY_WORDS = ("CUDA error: out of memory", "CUDA out of memory", "Defau
 
 def out_of_memory(error):
     """Whether error is torch's for an allocation that found no room (on the GPU or the CPU): its OutOfMemoryError,
-    or a RuntimeError in its own words for one. Not any message that happens to say "out of memory" (an op's own
-    assertion about its bounds stays the op's)."""
+    or a RuntimeError (torch.AcceleratorError, a launch's, among them) in torch's own words for one. Not any message
+    that happens to say "out of memory" (an op's own assertion about its bounds stays the op's)."""
     return isinstance(error, torch.cuda.OutOfMemoryError) or (
-        type(error) is RuntimeError and any(w in str(error) for w in OUT_OF_MEMORY_WORDS))
+        isinstance(error, RuntimeError) and any(w in str(error) for w in OUT_OF_MEMORY_WORDS))
 
 
 REFERENCE_CALL = "the reference"  # what an OutOfMemory of the reference's own call says

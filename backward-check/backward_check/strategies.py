@@ -33,8 +33,8 @@ GROWN_NUMEL = 3 * BLOCK + 1
 # Up to this many elements a draw is made on the CPU, the same values on every machine (a small input, as the
 # zoos' and most tests' are, is checked alike on a GPU and on the CPU); past it, on the tensor's own device from a
 # generator seeded alike. A float64 draw costs the CPU about 20 ns an element: on an H100, drawing on the CPU up to
-# 4M elements made four fifths of a check at 10^6 elements (3,600 to 7,100 times the op, against 480 to 1,000 at
-# 10^7, drawn on the GPU; benchmarks/results/check_cost_gpu_draws.log).
+# 4M elements made four fifths of a check at 10^6 elements (softplus and softmax 3,600 to 7,100 times the op, against
+# 600 to 1,000 at 10^7, drawn on the GPU; benchmarks/results/check_cost_gpu_draws.log).
 CPU_DRAW = 1 << 12
 
 
