@@ -69,6 +69,11 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 CHECKER = REPO / "backward-check" / "backward_check"
 sys.path[:0] = [str(REPO / "backward-check"), str(REPO / "tools")]
+# The checker of another tree (--checker), named in the environment: the plugin's worker, a spawned process, runs
+# this file again as its main module, and must import that checker too, not this tree's.
+OTHER_CHECKER = "CHECK_COST_OTHER_CHECKER"
+if os.environ.get(OTHER_CHECKER):
+    sys.path.insert(0, str(Path(os.environ[OTHER_CHECKER]) / "backward-check"))
 
 # %%
 # Counting the op's calls
@@ -547,6 +552,7 @@ def use_checker(tree):
     global CHECKER
     CHECKER = tree / "backward-check" / "backward_check"
     sys.path.insert(0, str(tree / "backward-check"))
+    os.environ[OTHER_CHECKER] = str(tree)  # for the worker process
 
 
 def device_name(device):

@@ -59,3 +59,21 @@ def test_check_cost_times_another_trees_checker_and_says_so(tmp_path):
     text = log.read_text()
     assert f"the checker timed is not this tree's but the one in {tmp_path.name}/ (--checker)" in text, text[:600]
     assert "  ref " in text and "clean" in text
+
+
+def test_the_plugins_worker_runs_the_other_trees_checker_too(tmp_path):
+    """The worker is a spawned process that runs check_cost.py again as its main module: under --checker it must
+    import that tree's checker, as the process that timed the other modes did, not this tree's. The other tree's
+    checker here words a clean verdict its own way, so the plugin's row shows whose checker answered."""
+    copy = tmp_path / "backward-check"
+    shutil.copytree(REPO / "backward-check", copy, ignore=shutil.ignore_patterns("__pycache__", "tests", "examples"))
+    child = copy / "backward_check" / "plugin" / "child.py"
+    source = child.read_text()
+    assert 'Verdict(CLEAN, "clean", ' in source
+    child.write_text(source.replace('Verdict(CLEAN, "clean", ', 'Verdict(CLEAN, "clean, by the other tree", '))
+    log = tmp_path / "run.log"
+    done = run("check_cost.py", "--checker", tmp_path, "--sizes", "1e3", "--kinds", "mse", "--no-fd",
+               "--no-breakdown", "--device", "cpu", "--repeat", "2", "--out", log)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plugin_rows = [line for line in log.read_text().splitlines() if line.startswith("  plugin ")]
+    assert len(plugin_rows) == 1 and plugin_rows[0].endswith("clean, by the other tree"), plugin_rows
