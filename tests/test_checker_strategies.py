@@ -11,7 +11,7 @@ from checker_zoo import (CrossEntropyPerRow, LeakyScale, MulHonouringNeeds, dgel
 sys.path.insert(0, str(REPO / "practice"))
 from backward_check import strategies  # noqa: E402
 from backward_check.calling import Slot  # noqa: E402
-from backward_check.checks.truth import relative_error  # noqa: E402
+from backward_check.checks.truth import FD_MAX_CALLS, relative_error  # noqa: E402
 from backward_checker import Sample, UsageError, check_backward  # noqa: E402
 
 
@@ -293,15 +293,17 @@ def test_a_loss_summed_over_float32_rows_is_differenced_at_a_float32_step(shape,
 
 
 def test_the_call_budget_is_a_count_not_a_time():
-    """How finite differences run depends on the input's size only, never on the machine's speed: 990
-    elements need 4 * 990 = 3960 calls (two steps, either side), column by column; 1025 would need 4100, so
+    """How finite differences run depends on the input's size only, never on the machine's speed: 250
+    elements need 4 * 250 = 1000 calls (two steps, either side), column by column; 260 would need 1040, so
     they go along random directions, whose calls do not grow with the elements."""
     calls = []
 
     def tanh(x):
         calls.append(x.numel())
         return torch.tanh(x)
-    assert "random directions" not in check_backward(tanh, seeded_randn(33, 30, seed=7), grow=False).checked
+    assert 4 * 250 <= FD_MAX_CALLS < 4 * 260
+    assert "random directions" not in check_backward(tanh, seeded_randn(25, 10, seed=7), grow=False).checked
+    assert "random directions" in check_backward(tanh, seeded_randn(26, 10, seed=7), grow=False).checked
     counts = []
     for shape in ((41, 25), (410, 250)):
         calls.clear()
