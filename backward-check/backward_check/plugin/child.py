@@ -199,10 +199,26 @@ def _checked(op, job):
     return verdict, False
 
 
+# What torch imports at a process's first autograd.grad (its symbolic shapes, and sympy with them): 0.4 s on a CPU,
+# which the worker's first check would pay, beside an op that takes a fraction of a millisecond.
+TORCHS_LAZY_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)
+
+
+def import_what_torch_imports_late():
+    """Imports TORCHS_LAZY_IMPORTS now, while the worker starts (which overlaps the suite's test: Worker.prestart),
+    not in its first check. A release of torch without one of them goes on without it."""
+    for module in TORCHS_LAZY_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001, S112  (torch imports it later, if at all)
+            continue
+
+
 def serve(connection, log_path):
     """The worker's loop: receive a recorded call, check it, send the Verdict; announce each call of the op."""
     _log_to(log_path)
     _announcing(connection)
+    import_what_torch_imports_late()
     connection.send(("ready", None))
     while True:
         try:

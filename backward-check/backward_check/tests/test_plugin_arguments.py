@@ -421,6 +421,39 @@ def test_the_worker_starts_early_and_the_first_check_waits_for_what_is_left():
         started.stop()
 
 
+class SeesTorchsLazyImports(torch.autograd.Function):
+    """Doubles; its forward raises where torch's lazily imported modules are not yet imported in its process."""
+
+    @staticmethod
+    def forward(ctx, x):
+        from backward_check.plugin.child import TORCHS_LAZY_IMPORTS
+        missing = [m for m in TORCHS_LAZY_IMPORTS if m not in sys.modules]
+        if missing:
+            raise RuntimeError(f"not yet imported: {missing}")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * 2
+
+
+def test_the_worker_imports_what_torch_imports_at_the_first_backward_while_it_starts():
+    """torch imports its symbolic shapes (and sympy) at a process's first autograd.grad, 0.4 s on a CPU: the worker
+    does it while it starts, so its first check, whose first call of the op comes before any backward, finds them."""
+    from backward_check.plugin import worker
+    from backward_check.plugin.recording import copy_value, signature_of, RecordedCall
+    args = (torch.randn(3, 4, requires_grad=True),)
+    signature, described = signature_of(args, {}, {})
+    call = RecordedCall(SeesTorchsLazyImports, f"{__name__}.SeesTorchsLazyImports", signature, described, (), "t", 0,
+                        copy_value(args), {})
+    started = worker.Worker(timeout=120.0)
+    try:
+        verdict, why = started.check(call, worker.job_of(call, ()))
+        assert why is None and verdict.status == "clean", (verdict, why)
+    finally:
+        started.stop()
+
+
 def test_a_worker_that_died_while_starting_early_is_started_again_and_is_no_fault():
     from backward_check.plugin import worker
     started = worker.Worker(timeout=120.0)
