@@ -210,7 +210,7 @@ def import_what_torch_imports_late():
     for module in TORCHS_LAZY_IMPORTS:
         try:
             importlib.import_module(module)
-        except Exception:  # noqa: BLE001, S112  (torch imports it later, if at all)
+        except Exception:  # noqa: BLE001  (torch imports it later, if at all)
             continue
 
 
