@@ -47,6 +47,7 @@ FORWARD_WRONG = 5e-2  # a forward farther than this from the reference is wrong 
 # elements) a check of a 1,000-element softplus called the op 4,162 times, 13,700 times the op's forward and
 # backward on one CPU core, where twelve directions call it about a hundred times (benchmarks/check_cost.py).
 FD_MAX_CALLS = 1024
+FD_COLUMNS_WHERE_NOISY = 4000  # see FiniteDifferences.__init__
 FD_MAX_S = 600.0
 FD_NOTE_S = 30.0
 SAMPLED_COLUMNS = 24  # columns of a grown input's Jacobian, besides its blocks' edges and the tail
@@ -473,20 +474,49 @@ class FiniteDifferences:
             self._outputs(self._copies(self.dtype))
             per_call = min(per_call, time.perf_counter() - start)
         self.computed = narrowest(base, base.dtype, [values[i] for i in op.inputs])
-        self.columns = {}
-        for i in op.inputs:
-            n = values[i].numel()
-            columns = (self._sample(n, name=f"finite-difference columns of input {i}") if sample
-                       else torch.arange(n, device="cpu"))
-            if sample and op.slots[i].parts:  # a complex element's two parts together (complex_parts)
-                columns = torch.unique(torch.cat([columns - columns % 2, columns - columns % 2 + 1]))
-            self.columns[i] = self._within_contract(i, columns)
+        computed = self.computed
+        self._difference(base, per_call, sample, FD_MAX_CALLS)
+        if self._directions_undecided() and self._column_calls(sample) <= FD_COLUMNS_WHERE_NOISY:
+            # Along directions too noisy to decide (a softmax peaked in float32, where every element's step moves
+            # the peak at once), where the columns fit the budget they had before directions took over at 256
+            # elements: column by column, as then.
+            self.computed = computed
+            self._difference(base, per_call, sample, FD_COLUMNS_WHERE_NOISY)
+
+    def _columns_of(self, i, sample):
+        n = self.values[i].numel()
+        columns = (self._sample(n, name=f"finite-difference columns of input {i}") if sample
+                   else torch.arange(n, device="cpu"))
+        if sample and self.op.slots[i].parts:  # a complex element's two parts together (complex_parts)
+            columns = torch.unique(torch.cat([columns - columns % 2, columns - columns % 2 + 1]))
+        return self._within_contract(i, columns)
+
+    def _column_calls(self, sample):
+        return sum(4 * len(self._columns_of(i, sample)) for i in self.op.inputs)
+
+    def _directions_undecided(self):
+        """Whether an input that went along directions for the budget's sake (not for its columns' noise) came out
+        near too noisy to judge by, or with every direction left out."""
+        for i in self.budgeted:
+            fine, coarse = self.jacobians[i]
+            # an eighth of what would leave it undecided: the check's own grad_output is not this random one, and
+            # along a few directions their disagreement differs from one grad_output to the next several times over
+            if (not len(fine) and self.values[i].numel()) or self._too_noisy(fine, coarse, share=1 / 8):
+                return True
+        return False
+
+    def _difference(self, base, per_call, sample, max_calls):
+        """The Jacobians (column by column where the columns take at most max_calls calls, else along directions),
+        their kinks and noise."""
+        op, values = self.op, self.values
+        self.columns = {i: self._columns_of(i, sample) for i in op.inputs}
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         self.directions = {}  # input: its RandomDirections
-        if calls > FD_MAX_CALLS:
+        if calls > max_calls:
             for i in op.inputs:
                 self.directions[i] = self._directions(i)
             calls = sum(4 * len(d.plan) for d in self.directions.values())
+        self.budgeted = [i for i in op.inputs if i in self.directions and not self.contracts[i].lattice]
         seconds = calls * per_call
         if seconds > FD_MAX_S:
             raise UsageError(f"finite differences would need {calls} calls of the op, about {seconds:.0f} s here "
@@ -581,13 +611,13 @@ class FiniteDifferences:
         return max(noisy, default=0.0)
 
     @staticmethod
-    def _too_noisy(fine, coarse):
+    def _too_noisy(fine, coarse, share=1.0):
         """Whether the columns' two steps disagree, under a random grad_output, by more than any tolerance
-        could judge by (as expected() would measure them)."""
+        could judge by (as expected() would measure them); or by more than share of that."""
         if not len(fine):
             return False
         g = randn_flat(fine.shape[1], fine.device, "finite-difference noise")
-        return 8 * relative_error(coarse @ g, fine @ g) > NOISY
+        return 8 * relative_error(coarse @ g, fine @ g) > NOISY * share
 
     @staticmethod
     def _sample(n, name):
