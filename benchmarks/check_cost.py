@@ -73,7 +73,8 @@ sys.path[:0] = [str(REPO / "backward-check"), str(REPO / "tools")]
 # this file again as its main module, and must import that checker too, not this tree's.
 OTHER_CHECKER = "CHECK_COST_OTHER_CHECKER"
 if os.environ.get(OTHER_CHECKER):
-    sys.path.insert(0, str(Path(os.environ[OTHER_CHECKER]) / "backward-check"))
+    CHECKER = Path(os.environ[OTHER_CHECKER]).resolve() / "backward-check" / "backward_check"  # the header says so
+    sys.path.insert(0, str(CHECKER.parent))
 
 # %%
 # Counting the op's calls

@@ -1,5 +1,6 @@
 """The cost benchmark's A/B tools: check_cost.py --checker times another tree's checker and says so, and
 compare_check_cost.py sets four runs side by side, counting a difference only beyond the runs' own A/A."""
+import os
 import shutil
 import subprocess
 import sys
@@ -77,3 +78,17 @@ def test_the_plugins_worker_runs_the_other_trees_checker_too(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     plugin_rows = [line for line in log.read_text().splitlines() if line.startswith("  plugin ")]
     assert len(plugin_rows) == 1 and plugin_rows[0].endswith("clean, by the other tree"), plugin_rows
+
+
+def test_the_other_checker_named_in_the_environment_is_the_one_the_header_names(tmp_path):
+    """The variable that hands --checker to the worker, set by hand without --checker: the checker imported and the
+    one the log's header names are the same (the other tree's)."""
+    shutil.copytree(REPO / "backward-check", tmp_path / "backward-check",
+                    ignore=shutil.ignore_patterns("__pycache__", "tests", "examples"))
+    log = tmp_path / "run.log"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "check_cost.py"), "--sizes", "1e3", "--kinds", "mse",
+                           "--no-fd", "--no-plugin", "--no-breakdown", "--device", "cpu", "--repeat", "2", "--out", log],
+                          capture_output=True, text=True, cwd=REPO, timeout=600,
+                          env={**os.environ, "CHECK_COST_OTHER_CHECKER": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"the checker timed is not this tree's but the one in {tmp_path.name}/ (--checker)" in log.read_text()
