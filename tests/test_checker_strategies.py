@@ -314,33 +314,66 @@ def test_the_call_budget_is_a_count_not_a_time():
 
 
 class MulOneElementOff(torch.autograd.Function):
-    """a * b, with element 7 of a's gradient 5% off."""
+    """a * b, with element 7 of a's gradient OFF times what it should be."""
+    OFF = 1.05
 
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
         return a * b
 
-    @staticmethod
-    def backward(ctx, g):
+    @classmethod
+    def backward(cls, ctx, g):
         a, b = ctx.saved_tensors
         scale = torch.ones(b.numel(), dtype=b.dtype, device=b.device)
-        scale[7] = 1.05
+        scale[7] = cls.OFF
         return g * b * scale.reshape(b.shape), g * a
 
 
+class MulOnePercentOff(MulOneElementOff):
+    OFF = 1.01
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_one_wrong_element_of_two_inputs_past_the_call_budget_is_never_a_clean_bill(dtype):
-    """Two (10, 20) inputs take 1,600 calls column by column, past the budget, so both go along random directions,
-    which see one wrong element of 200 less well than its column would (docs/check-cost.md): named in float64;
-    in float32 at least a ?? line, never a clean bill (the checker before named it there too)."""
+def test_one_wrong_element_of_one_of_two_small_inputs_is_stepped_and_named(dtype):
+    """Two (10, 20) inputs take 1,600 calls column by column, past the 1,024 of the budget but within the 4,000
+    they had before directions took over: each input's own columns fit, so each is stepped element by element,
+    where a direction across all 200 elements would dilute the wrong one (docs/check-cost.md). 5% off is named
+    in both dtypes (along directions, float32 gave only a ?? line); 1% off in float32 is at least a ?? line,
+    never a clean bill (along directions it was clean)."""
     a, b = seeded_randn(10, 20, seed=1).to(dtype), seeded_randn(10, 20, seed=2).to(dtype)
     report = check_backward(MulOneElementOff, a, b, grow=False)
-    assert "random directions" in report.checked, str(report)
-    if dtype == torch.float64:
-        assert report.traps == ["a wrong formula"], str(report)
-    else:
-        assert report.traps == ["a wrong formula"] or (not report.traps and report.inconclusive), str(report)
+    assert "random directions" not in report.checked, str(report)
+    assert report.traps == ["a wrong formula"], str(report)
+    report = check_backward(MulOnePercentOff, a, b, grow=False)
+    assert report.traps == ["a wrong formula"] or (not report.traps and report.inconclusive), str(report)
+
+
+def test_the_blind_spot_the_docs_name_past_the_budget():
+    """docs/library-authors.md says: a product of two 2,000-element float32 inputs, one element of a gradient 5%
+    off, came out clean. Along directions one element of 2,000 is below what they see; if this ever names it,
+    the page (and check-cost.md) should say so."""
+    a, b = seeded_randn(40, 50, seed=1), seeded_randn(40, 50, seed=2)
+    report = check_backward(MulOneElementOff, a, b, grow=False)
+    assert "random directions" in report.checked and report.clean, str(report)
+
+
+def test_only_the_input_too_large_to_step_goes_along_directions():
+    """A (4, 150) input beside a 150-element one: 3,000 calls column by column, within the 4,000 of before, but
+    the first input's own 2,400 are past the budget: it alone goes along directions, and the report says which.
+    Both gradients right: clean, in fewer calls than stepping every element."""
+    calls = []
+
+    def scaled(x, w):
+        calls.append(1)
+        return torch.tanh(x) * w
+
+    x, w = seeded_randn(4, 150, seed=3), seeded_randn(150, seed=4)
+    report = check_backward(scaled, x, w, grow=False)
+    assert report.clean, str(report)
+    assert "random directions of `x`" in report.checked and "element by element elsewhere" in report.checked, \
+        str(report)
+    assert len(calls) < 4 * (600 + 150), len(calls)
 
 
 def test_a_forward_that_disagrees_with_the_reference_is_a_wrong_forward():

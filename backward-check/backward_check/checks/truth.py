@@ -513,9 +513,16 @@ class FiniteDifferences:
         calls = sum(4 * len(c) for c in self.columns.values())  # each column at two steps, either side
         self.directions = {}  # input: its RandomDirections
         if calls > max_calls:
+            # Along a direction one wrong element of an input is diluted by that input's other elements, so the
+            # budget is each input's own: where all the columns together fit the budget they had before directions
+            # took over at 256 elements, an input whose own columns fit goes column by column (two 200-element
+            # inputs, as before), and only a larger one along directions. Never more calls than before.
+            mixed = calls <= FD_COLUMNS_WHERE_NOISY
             for i in op.inputs:
-                self.directions[i] = self._directions(i)
-            calls = sum(4 * len(d.plan) for d in self.directions.values())
+                if not (mixed and 4 * len(self.columns[i]) <= max_calls):
+                    self.directions[i] = self._directions(i)
+            calls = (sum(4 * len(d.plan) for d in self.directions.values())
+                     + sum(4 * len(c) for i, c in self.columns.items() if i not in self.directions))
         self.budgeted = [i for i in op.inputs if i in self.directions and not self.contracts[i].lattice]
         seconds = calls * per_call
         if seconds > FD_MAX_S:
@@ -958,8 +965,13 @@ class Truth:
             if kept == [0]:
                 return "finite differences along random directions, none of which a derivative could be read along"
             count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
-            return (f"finite differences along {count} random directions of each input (too many elements to step "
-                    f"one by one)")
+            stepped = [i for i in self.op.inputs if i not in self.source.directions]
+            if not stepped:
+                return (f"finite differences along {count} random directions of each input (too many elements to "
+                        f"step one by one)")
+            along = ", ".join(f"`{self.op.slots[i].name}`" for i in self.op.inputs if i in self.source.directions)
+            return (f"finite differences along {count} random directions of {along} (too many elements to step one "
+                    f"by one), element by element elsewhere")
         noisy = [f"{noise:.2g} (relative)" for noise, _ in self.source.noise.values()]
         if noisy:
             return (f"finite differences, stepped wider where the forward moves in steps of its own (its noise "
