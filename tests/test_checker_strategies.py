@@ -338,10 +338,11 @@ class MulOnePercentOff(MulOneElementOff):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_one_wrong_element_of_one_of_two_small_inputs_is_stepped_and_named(dtype, shape):
     """Two (10, 20) inputs (and two of 256 elements, the most, or of ragged rows) take 1,600 calls column by
-    column, past the 1,024 of the budget but within the 4,000 they had before directions took over: each input's own columns fit, so each is stepped element by element,
-    where a direction across all 200 elements would dilute the wrong one (docs/check-cost.md). 5% off is named
-    in both dtypes (along directions, float32 gave only a ?? line); 1% off in float32 is at least a ?? line,
-    never a clean bill (along directions it was clean)."""
+    column, past the 1,024 of the budget but within the 4,000 they had before directions took over: each input's
+    own columns fit, so each is stepped element by element, where a direction across all 200 elements would
+    dilute the wrong one (docs/check-cost.md). 5% off is named in both dtypes (along directions, float32 gave
+    only a ?? line); 1% off in float32 is at least a ?? line, never a clean bill (along directions it was
+    clean)."""
     a, b = seeded_randn(*shape, seed=1).to(dtype), seeded_randn(*shape, seed=2).to(dtype)
     report = check_backward(MulOneElementOff, a, b, grow=False)
     assert "random directions" not in report.checked, str(report)
