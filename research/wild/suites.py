@@ -128,6 +128,19 @@ CASES = (
           accepted=(("liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction", "writes into an input or a saved tensor",
                      "https://github.com/linkedin/Liger-Kernel/issues/272"),),
           needs=("transformers", "tokenizers")),   # test/utils.py imports both at the top; far too big to carry
+    Suite("liger-flce-none", "liger", "linkedin/Liger-Kernel", "liger-kernel", "0.8.1", "0.8.2",
+          ("liger_kernel.ops.fused_linear_cross_entropy.LigerFusedLinearCrossEntropyFunction",),
+          ("assumes a uniform grad_output",),
+          tests=("test/transformers/test_fused_linear_cross_entropy.py",),
+          support=("pyproject.toml", "test/__init__.py", "test/conftest.py", "test/utils.py",
+                   "test/transformers/test_cross_entropy.py"),
+          why="An expensive op, and a revealing call that comes late. The file's first 300-odd tests call "
+              "LigerFusedLinearCrossEntropyFunction (a linear layer and cross entropy in one Function, up to "
+              "8 x 128 rows of 1,024 features against 4,096 classes) with reduction='mean' or 'sum', where "
+              "grad_output is one number. Its reduction='none' calls come after them, in the token-scaling tests, "
+              "on 8 rows, and backpropagate loss.sum(): every row's grad_output is 1, so 0.8.1's backward, which "
+              "scales every row's gradient by grad_output[0], is right there.",
+          needs=("transformers", "tokenizers")),   # as liger-ce-none: test/utils.py imports both
     Suite("fla-swish-flat", "fla", "fla-org/flash-linear-attention", "fla-core", "0.4.1", "0.4.2",
           ("fla.modules.activations.SwishFunction", "fla.modules.activations.SigmoidFunction"),
           # 17.3's non-contiguous grad_output, under either of its names: the page's where the checker can lay x
@@ -143,6 +156,17 @@ CASES = (
               "autotune every kernel for each last dimension and dtype (30 configs each), which is most of "
               "their time on a fresh cache.",
           extra_wheels=("einops==0.8.1",)),       # fla-core's one requirement besides torch
+    Suite("fla-conv-dy-strides", "fla", "fla-org/flash-linear-attention", "fla-core", "0.5.0", "0.5.1",
+          ("fla.modules.conv.triton.ops.CausalConv1dFunction",),
+          ("assumes a contiguous grad_output", "assumes grad_output is laid out like its input"),
+          tests=("tests/modules/test_conv.py",),
+          support=("pyproject.toml", "tests/conftest.py"),
+          why="A convolution along the sequence, the short convolution before a linear-attention scan. test_conv "
+              "and its neighbours call causal_conv1d (CausalConv1dFunction.apply) on x, weight and bias that "
+              "require grad, and backpropagate dy = torch.randn(B, T, D): contiguous, which is the one layout "
+              "0.5.0's backward kernel, reading dy with hard-coded strides (D, 1), reads right. The cuda-backend "
+              "tests skip where the causal-conv1d package is missing, as on the machines here.",
+          extra_wheels=("einops==0.8.1",)),      # fla-core's one requirement besides torch, and the test file's
     Suite("flash-attn-ln-early-exit", "flash_attn", "Dao-AILab/flash-attention", "flash-attn", "2.4.3.post1", "2.5.0",
           ("flash_attn.ops.triton.layer_norm.LayerNormFn",),
           # uninitialised rows of the weight gradient's buffer: they differ between two calls (the page's trap) or
