@@ -15,7 +15,8 @@
 #   vs_gradcheck   research/checker_vs_gradcheck.py: the checker beside gradcheck and opcheck
 #   sanitizer      compute-sanitizer (memcheck) on each of the four scripts
 #   suites         research/wild/suites.py --run: real libraries' own test files, whole, at a buggy
-#                  and a fixed release, plain and under `pytest --backward-check` (its defaults)
+#                  and a fixed release, plain and under `pytest --backward-check` (its defaults);
+#                  all ten releases side by side, so that the part ends within PART_TIMEOUT
 #   suites_xdist   the same for Liger's cross-entropy file, its plain and plugin runs under -n 8
 #   suites_compile the same for Liger's cross-entropy file, the plugin's run with its compile check
 #   wild_compile   research/in_the_wild.py --sweep-only --compile: real Functions under torch.compile
@@ -97,7 +98,7 @@ command_of() {
     in_the_wild) echo "$PYTHON research/in_the_wild.py --sweep --jobs 8 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
     checker_cli) echo "$PYTHON practice/backward_checker.py practice/solutions.py" ;;
     vs_gradcheck) echo "$PYTHON research/checker_vs_gradcheck.py" ;;
-    suites) echo "$PYTHON research/wild/suites.py --run $SUITES --jobs 6 --warm-workers 2 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_$label.log" ;;
+    suites) echo "$PYTHON research/wild/suites.py --run $SUITES --jobs 10 --warm-workers 2 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_$label.log" ;;
     suites_xdist) echo "$PYTHON research/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --workers 8 --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_xdist8.log" ;;
     suites_compile) echo "$PYTHON research/wild/suites.py --run $SUITES --case liger-ce-none --jobs 2 --warm-workers 2 --compile --timeout $((PART_TIMEOUT - 30)) --log $out/suites_${label}_compile.log" ;;
     wild_compile) echo "$PYTHON research/in_the_wild.py --sweep-only --compile --jobs 4 --pin-autotune --timeout $((PART_TIMEOUT - 20)) --wheels $WHEELS" ;;
