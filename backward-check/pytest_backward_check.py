@@ -439,17 +439,19 @@ class BackwardCheckSession(Reporting):
         from backward_check.plugin.findings import AT_THE_END
         try:
             result = yield
-        except BaseException:  # interrupted: no more checks
-            self.close_findings()
+        except BaseException:  # interrupted: no more checks, and what waited is counted as interrupted
+            self.close_findings(interrupted=True)
             raise
         self._check_while(self.selection.next_call, AT_THE_END)
         self.close_findings()
         return result
 
-    def close_findings(self):
-        """What is left waiting is left out; the selection's and the worker's counts, into the findings."""
+    def close_findings(self, interrupted=False):
+        """What is left waiting is left out (past the budget, or where the run was interrupted, still waiting); the
+        selection's and the worker's counts, into the findings."""
+        from backward_check.plugin.selection import BUDGET, INTERRUPTED
         findings, selection = self.findings, self.selection
-        selection.give_up()
+        selection.give_up(INTERRUPTED if interrupted else BUDGET)
         for op, calls in selection.left_out.items():
             for key, (why, tier) in calls.items():
                 findings.leave_out(op, key, why, tier)

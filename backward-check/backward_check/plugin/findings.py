@@ -14,7 +14,7 @@ what the plugin's time was beside the tests'.
 import collections
 import dataclasses
 
-from .selection import BUDGET, ELSEWHERE, LIMIT, MEMORY, TIER_WORDS
+from .selection import BUDGET, ELSEWHERE, INTERRUPTED, LIMIT, MEMORY, TIER_WORDS
 from .verdicts import FAULT, NOT_CHECKED, TRAPPED, UNDECIDED, UNSTABLE, Verdict
 
 AFTER_ITS_TEST, AT_THE_END = "after its test", "at the session's end"
@@ -196,7 +196,8 @@ def left_out_line(left_out, checked, options):
     parts = []
     for why, words in ((BUDGET, f"past the time budget ({ALL_OPTION} checks them)"),
                        (MEMORY, "dropped to hold the copies within --backward-check-memory"),
-                       (LIMIT, f"past --backward-check-limit {options.limit}")):
+                       (LIMIT, f"past --backward-check-limit {options.limit}"),
+                       (INTERRUPTED, "still waiting for their check when the run was interrupted")):
         tiers = by_why.get(why)
         if tiers:
             kinds = ", ".join(f"{n} {TIER_WORDS[t]}" for t, n in sorted(tiers.items()))
@@ -220,8 +221,9 @@ def never_checked_line(findings):
     if not never:
         return []
     whys = set().union(*never.values())
-    how = {BUDGET: f"{ALL_OPTION} checks them", MEMORY: "a larger --backward-check-memory keeps their copies"}
-    hint = "; ".join(how[why] for why in (BUDGET, MEMORY) if why in whys)
+    how = {BUDGET: f"{ALL_OPTION} checks them", MEMORY: "a larger --backward-check-memory keeps their copies",
+           INTERRUPTED: "the run was interrupted before their check"}
+    hint = "; ".join(how[why] for why in (BUDGET, MEMORY, INTERRUPTED) if why in whys)
     return [f"{len(never)} op{'s' if len(never) > 1 else ''} never checked: {', '.join(never)}"
             + (f"; {hint}" if hint else "")]
 

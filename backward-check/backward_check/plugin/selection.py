@@ -40,8 +40,9 @@ TIER_WORDS = {FIRST: "first call of the op", VALUE: "with a new value", DTYPE: "
 # gives a call.
 TIER_OF_KIND = {"value": VALUE, "dtype": DTYPE, "shape": SHAPE}
 
-# Why a call with a new signature was not checked.
-BUDGET, MEMORY, LIMIT, ELSEWHERE = "time budget", "memory", "limit", "another worker"
+# Why a call with a new signature was not checked. INTERRUPTED: still waiting when the run was interrupted (^C, a
+# deadline's signal, pytest.exit), before the session's end where it would have had its turn.
+BUDGET, MEMORY, LIMIT, ELSEWHERE, INTERRUPTED = "time budget", "memory", "limit", "another worker", "interrupted"
 
 # The plugin's seconds are at most this many times the suite's own, by default: the whole run about twice the
 # suite's time.
@@ -248,7 +249,8 @@ class Selection:
         self._leave_out(call, ELSEWHERE)
         call.args = call.kwargs = None
 
-    def give_up(self):
-        """At the session's end, once nothing more fits in the budget: every call still waiting is left out."""
+    def give_up(self, why=BUDGET):
+        """At the session's end, once nothing more fits in the budget (or, why=INTERRUPTED, where the run was
+        interrupted before it): every call still waiting is left out."""
         while self.waiting:
-            self._drop(self.waiting[-1], BUDGET)
+            self._drop(self.waiting[-1], why)
