@@ -5,7 +5,9 @@ Where one plugin check of a large op spends its time
 The pytest plugin's cost on a suite of large ops is its checks: each recorded call's arguments are copied (the
 recording), handed to the worker process, and checked there. This tool times each stage of that, stage by stage,
 on Liger-Kernel's cross entropy (its 0.5.8 release, as research/wild/suites.py --download puts it in .wild-suites)
-called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reduction 'none' and 'sum':
+called on 8192 x 32000 bfloat16 logits, the size of its own tests, with reduction 'none' and 'sum' (--op ce, the
+default); or, with --op flce, on its fused linear + cross entropy (0.8.1) as the first test of its own file calls it:
+1024 x 1024 bfloat16 rows against 4096 classes with a bias, reduction 'mean' and 'none' (--breakdown: 'mean' only):
 
   - the recording's copy onto the CPU, and for comparison the same into pinned memory;
   - the parcel the worker is sent: a file it maps (worker.parcel_of), or bytes through the pipe, as the worker
@@ -20,10 +22,12 @@ that finds a trap on a GPU is run again with the next seed by the plugin; this t
 before the first check (the right gradient by finite differences, the op's measured noise), and the same check
 under torch.profiler: the GPU's busy time against the wall clock, the kernels and the operators that take most
 (in this process, whose launches do not wait for each kernel as the worker's do: about half a second of a check
-of this op, by the stages above).
+of this op, by the stages above). It first runs the check once cold, as the plugin's first check of an op runs,
+and says how many Triton kernels that run compiled and how long it took, against the warm runs after it.
 
     python3 research/wild/check_cost.py [--log PATH] [--rows N]                 # a CUDA GPU; the log is also printed
     python3 research/wild/check_cost.py --breakdown [--log PATH] [--rows N]
+    python3 research/wild/check_cost.py --op flce --breakdown [--log PATH]
 
 Exit status: 0 done; 2 no CUDA GPU, or the release not downloaded.
 """
@@ -36,7 +40,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = REPO / ".wild-suites" / "liger-kernel-0.5.8" / "site"
+RELEASES = {"ce": "liger-kernel-0.5.8", "flce": "liger-kernel-0.8.1"}
+OP = sys.argv[sys.argv.index("--op") + 1] if "--op" in sys.argv[:-1] else "ce"
+SITE = REPO / ".wild-suites" / RELEASES.get(OP, RELEASES["ce"]) / "site"
 sys.path[:0] = [str(REPO), str(REPO / "backward-check"), str(REPO / "tools"), str(SITE)]
 
 
@@ -108,6 +114,32 @@ def breakdown(op, job, arguments, say, top=12):
             say(f"    {line}".rstrip())
 
 
+def compiled_kernels():
+    """How many Triton kernels this process holds compiled (every JIT function's in-memory cache, on every
+    device): the difference across a run is what it compiled (or loaded from Triton's disk cache)."""
+    import gc
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return 0
+    count = 0
+    for fn in (o for o in gc.get_objects() if isinstance(o, JITFunction)):
+        for binder in getattr(fn, "device_caches", {}).values():
+            cache = binder[0] if isinstance(binder, tuple) else binder
+            count += len(cache) if isinstance(cache, dict) else 0
+    return count
+
+
+def cold_then_warm(op, job, arguments, say, runs=2):
+    """The check run once cold (the plugin's first check of an op: what it compiles is in its time), then warm."""
+    from backward_check.plugin import child
+    for run in range(runs + 1):
+        before = compiled_kernels()
+        (verdict, _), took = seconds(lambda: child.check_once(op, job, *arguments(), job.seed))
+        say(f"  {'cold' if run == 0 else f'warm {run}'}: {took:6.2f} s, {compiled_kernels() - before} Triton kernels "
+            f"compiled  {verdict.summary[:90]}")
+
+
 def recorded(op, args, copies, nbytes):
     """The call of op on args as the plugin records it (copies: copy_value's of args), and its job."""
     from backward_check.plugin import worker
@@ -146,7 +178,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, help="also write the log here")
-    parser.add_argument("--rows", type=int, default=8192, help="rows of the logits (default 8192)")
+    parser.add_argument("--op", choices=sorted(RELEASES), default="ce",
+                        help="ce: the cross entropy (0.5.8); flce: the fused linear + cross entropy (0.8.1)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows of the logits (default 8192), or of the fused loss's input (default 1024)")
     parser.add_argument("--breakdown", action="store_true",
                         help="time one check's parts instead: each check alone, its set-up, and a profile")
     options = parser.parse_args()
@@ -159,9 +194,12 @@ def main():
               file=sys.stderr)
         return 2
     import stamp
-    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
     from backward_check.plugin import child, worker
     from backward_check.plugin.recording import copy_value, restore_value
+    if options.op == "flce":
+        return fused_loss(options, torch, stamp, child, copy_value, restore_value)
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    options.rows = options.rows or 8192
 
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name()}",
@@ -233,6 +271,48 @@ def main():
             small = torch.randn(3, 20, device="cuda", requires_grad=True)
             from hardened_ops import TritonGELU
             launches(*recorded(TritonGELU, (small,), copy_value((small,)), small.nbytes), say)
+    if options.log:
+        options.log.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def fused_loss(options, torch, stamp, child, copy_value, restore_value):
+    """--op flce: the fused linear + cross entropy as its test file's first test calls it (B x T = 8 x 128 rows of
+    1,024 bfloat16 features, 4,096 classes, a bias), reduction 'mean' then 'none': each check cold, warm, and with
+    --breakdown its parts."""
+    from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction as op
+    rows, hidden, classes = options.rows or 1024, 1024, 4096
+    lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+             f"GPU: {torch.cuda.get_device_name()}",
+             f"command: python3 research/wild/check_cost.py --op flce{' --breakdown' * options.breakdown} "
+             f"--rows {rows}",
+             f"one recorded call of LigerFusedLinearCrossEntropyFunction (liger-kernel 0.8.1): ({rows}, {hidden}) "
+             f"bfloat16 input, ({classes}, {hidden}) weight and a bias, as test_correctness's first case"]
+
+    def say(line):
+        lines.append(line)
+        print(line, flush=True)
+
+    for line in lines:
+        print(line)
+    for reduction in ("mean", "none"):
+        torch.manual_seed(0)
+        linear = torch.nn.Linear(hidden, classes, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        weight, bias = linear.weight.detach().requires_grad_(), linear.bias.detach().requires_grad_()
+        target = torch.randint(0, classes, (rows,), device="cuda")
+        args = (x, weight, target, bias, None, -100, 0.0, 0.0, reduction, None, False, None, False, False, False)
+        nbytes = sum(t.numel() * t.element_size() for t in (x, weight, target, bias))
+        out = op.apply(*args)[0]
+        grad_output = torch.randn_like(out)
+        best = min(seconds(lambda: torch.autograd.grad(op.apply(*args)[0], (x, weight, bias), grad_output))[1]
+                   for _ in range(5))
+        say(f"\nreduction {reduction!r}: the op's own forward + backward {best * 1e3:.2f} ms (best of 5)")
+        copies = copy_value(args)
+        _, job = recorded(op, args, copies, nbytes)
+        cold_then_warm(op, job, lambda: (restore_value(copies), {}), say, runs=1)
+        if options.breakdown and reduction == "mean":
+            breakdown(op, job, lambda: (restore_value(copies), {}), say)
     if options.log:
         options.log.write_text("\n".join(lines) + "\n")
     return 0
