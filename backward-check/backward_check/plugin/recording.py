@@ -394,7 +394,9 @@ class Recorder:
             if recorded is None:
                 return original_apply.__get__(None, cls)(*args, **kwargs)
             with recorder.withdrawn_if_it_raises(recorded):
-                return original_apply.__get__(None, cls)(*args, **kwargs)
+                result = original_apply.__get__(None, cls)(*args, **kwargs)
+            recorder.learn_outputs(recorded, result)
+            return result
 
         apply.__doc__, apply.__wrapped__ = original_apply.__doc__, getattr(original_apply, "__func__", original_apply)
         try:
@@ -420,7 +422,9 @@ class Recorder:
                 if recorded is None:
                     return original_call(op, *args, **kwargs)
                 with recorder.withdrawn_if_it_raises(recorded):
-                    return original_call(op, *args, **kwargs)
+                    result = original_call(op, *args, **kwargs)
+                recorder.learn_outputs(recorded, result)
+                return result
 
             call.__doc__, call.__wrapped__ = original_call.__doc__, original_call
             self._patch(CustomOpDef, "__call__", call)
@@ -524,6 +528,16 @@ class Recorder:
         suite never applied one twice."""
         seen = self.applied.get(name)
         return bool(seen) and name not in self.reapplied and all("<locals>" in c.__qualname__ for c in seen)
+
+    def learn_outputs(self, call, result):
+        """Adds what the test's own call returned (the rank of each output) to the recorded call's features, which
+        rank it for its check (selection.output_features); never raises."""
+        from .selection import output_features
+        try:
+            call.features = call.features | output_features(result)
+        except Exception as error:  # noqa: BLE001  (ranking must never break the test's call)
+            self.problems.append(f"{self.test}: the outputs of a call of {call.name} could not be read "
+                                 f"({type(error).__name__}: {clip(error, 200)})")
 
     @contextlib.contextmanager
     def withdrawn_if_it_raises(self, call):

@@ -2,14 +2,16 @@
 its arguments, and is ranked by what its check could reveal that the op's checks so far could not (its tier):
 
     0  the op's first call
-    1  a value of a non-tensor argument not yet checked at its place ('none' after 'sum' and 'mean', a flag, None
+    1  an output of a rank not yet checked at its place: a loss per row (reduction='none') after scalar ones, whose
+       grad_output is one number and so can hide no uniform, strided or broadcast grad_output's trap
+    2  a value of a non-tensor argument not yet checked at its place ('none' after 'sum' and 'mean', a flag, None
        where a tensor went, a number: recording.number_key), or a tensor where None went
-    2  a dtype not yet checked at its place
-    3  a rank, a layout, a requires-grad pattern, or a container's length not yet checked
-    4  a combination of what was checked
+    3  a dtype not yet checked at its place
+    4  a rank, a layout, a requires-grad pattern, or a container's length not yet checked
+    5  a combination of what was checked
 
-After each test, its calls of tiers 0 and 1 are checked, best first, while the time budget lasts (so that =fail
-fails the test that made the call), a call of tier 1 only while half the budget is left for the ops the suite
+After each test, its calls of tiers 0 to 2 are checked, best first, while the time budget lasts (so that =fail
+fails the test that made the call), a call of tier 1 or 2 only while half the budget is left for the ops the suite
 has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
 while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
 call's tier is taken again before each pick, against what has been checked by then, so the second call that
@@ -31,14 +33,14 @@ import math
 import time
 import typing
 
-FIRST, VALUE, DTYPE, SHAPE, COMBINATION = range(5)
-CHECKED_AFTER_ITS_TEST = (FIRST, VALUE)   # the other tiers wait for the session's end
-TIER_WORDS = {FIRST: "first call of the op", VALUE: "with a new value", DTYPE: "with a new dtype",
-              SHAPE: "with a new rank, layout or requires-grad pattern",
+FIRST, OUTPUT, VALUE, DTYPE, SHAPE, COMBINATION = range(6)
+CHECKED_AFTER_ITS_TEST = (FIRST, OUTPUT, VALUE)   # the other tiers wait for the session's end
+TIER_WORDS = {FIRST: "first call of the op", OUTPUT: "with an output of a new rank", VALUE: "with a new value",
+              DTYPE: "with a new dtype", SHAPE: "with a new rank, layout or requires-grad pattern",
               COMBINATION: "combining values already checked"}
 # The kind of each feature (the first word of its name), and the tier a feature of that kind not yet checked
 # gives a call.
-TIER_OF_KIND = {"value": VALUE, "dtype": DTYPE, "shape": SHAPE}
+TIER_OF_KIND = {"output": OUTPUT, "value": VALUE, "dtype": DTYPE, "shape": SHAPE}
 
 # Why a call with a new signature was not checked. INTERRUPTED: still waiting when the run was interrupted (^C, a
 # deadline's signal, pytest.exit), before the session's end where it would have had its turn.
@@ -68,6 +70,16 @@ def features(signature):
     for place, entry in [*((str(i), e) for i, e in enumerate(positional)), *keywords]:
         _features_of(entry, place, found)
     return frozenset(found)
+
+
+def output_features(result):
+    """What a call's result shows of it: 'output 0: 0-d' for each floating-point tensor it returned (a tuple's
+    place by place). Learned once the test's own call returns (recording.Recorder), and added to the call's features:
+    the signature holds the arguments alone."""
+    import torch
+    outputs = result if isinstance(result, (tuple, list)) else (result,)
+    return frozenset(f"output {i}: {o.dim()}-d" for i, o in enumerate(outputs)
+                     if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()))
 
 
 def _features_of(entry, place, found):

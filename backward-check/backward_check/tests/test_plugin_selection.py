@@ -401,3 +401,61 @@ def test_an_interrupted_run_says_so_for_the_calls_still_waiting(tmp_path):
     assert "1 op never checked: test_interrupted.Double; the run was interrupted before their check" in output, \
         output[-3000:]
     assert "past the time budget" not in output and "--backward-check-budget=all" not in output, output[-3000:]
+
+
+def test_an_output_of_a_new_rank_goes_before_a_new_value():
+    """Liger-Kernel's fused loss file, in small: its first 300-odd tests call 'mean' and 'sum' (a scalar loss, whose
+    grad_output is one number), and 'none' (a loss per row) only near the end. With room for two checks, the second
+    is a 'none' call: a grad_output with one value per row is the first that can show a uniform, strided or broadcast
+    grad_output's trap. Before the rank of what a call returned counted, 'mean' went first, by its order."""
+    import torch
+    from backward_check.plugin.recording import Recorder
+    from backward_check.plugin.selection import OUTPUT, VALUE
+    checks = Checks(2)
+    recorder = Recorder(offer=checks.offer)
+    for i, (dtype, reduction) in enumerate(LIGER_ORDER):
+        test = f"test_correctness[{i}]"
+        call = loss_call("loss", getattr(torch, dtype), reduction, test)
+        checks.offer(call)
+        recorder.learn_outputs(call, (torch.zeros(3) if reduction == "none" else torch.zeros(()), None))
+        checks.run(test)
+    none = next(c for c in checks.selection.waiting if "'none'" in c.described)
+    assert checks.selection.tier(none) == OUTPUT and checks.selection.tier(checks.selection.waiting[1]) == VALUE
+    checks.run()
+    assert checks.picked == ["bfloat16 2-d, int64 1-d, 'sum', 0.0", "bfloat16 2-d, int64 1-d, 'none', 0.0"], \
+        checks.picked
+    assert not recorder.problems
+
+
+ONE_TEST_TWO_REDUCTIONS = '''
+import torch
+
+from losses import CrossEntropy
+
+
+def test_sum():
+    logits = torch.randn(3, 20, requires_grad=True)
+    CrossEntropy.apply(logits, torch.randint(0, 20, (3,)), "sum", 0.0).backward()
+
+
+def test_mean_then_none():
+    logits = torch.randn(3, 20, requires_grad=True)
+    target = torch.randint(0, 20, (3,))
+    CrossEntropy.apply(logits, target, "mean", 0.0).backward()
+    CrossEntropy.apply(logits, target, "none", 0.0).sum().backward()
+'''
+
+
+def test_the_outputs_a_test_call_returns_are_learned_by_the_recorder(tmp_path):
+    """Through pytest, at a limit of two signatures: a test that calls 'mean', then 'none'. The recorder learns each
+    call's outputs as the test's own call returns, so after that test 'none' (the first loss per row) is checked
+    before 'mean', which came first, and names the bug; 'mean' is counted left out."""
+    (tmp_path / "losses.py").write_text(LOSSES)
+    (tmp_path / "test_two.py").write_text(ONE_TEST_TWO_REDUCTIONS)
+    code, output = run_pytest(tmp_path, "--backward-check", "--backward-check-limit", "2", "test_two.py")
+    assert code == 0, output
+    rows = row(output, "losses.CrossEntropy", whole=True)
+    checked = [r for r in rows if r.startswith("  float32")]
+    assert [("'sum'" in r, "'none'" in r) for r in checked] == [(True, False), (False, True)], rows
+    assert "TRAP assumes a uniform grad_output" in checked[1], rows
+    assert "  (1 more signature not checked: 1 past --backward-check-limit 2: 1 with a new value)" in rows, rows
