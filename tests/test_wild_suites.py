@@ -251,6 +251,14 @@ def test_the_table_shows_each_functions_traps_or_why_none():
     assert suites.shown_findings(LIGER, {CE: ([], ["  (2 signatures not checked)"])}) == "not checked"
 
 
+# -- research/wild/liger_token_scaling.py: the probe of a finding --------------------------------------------------------
+
+def test_the_token_scaling_probe_says_what_it_decides_and_needs(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "liger_token_scaling.py"), "--help"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "detached" in done.stdout and "0.8.1" in done.stdout, done.stdout + done.stderr
+
+
 # -- research/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it times the real kernels instead")
