@@ -118,12 +118,16 @@ def compiled_kernels():
     """How many Triton kernels this process holds compiled (every JIT function's in-memory cache, on every
     device): the difference across a run is what it compiled (or loaded from Triton's disk cache)."""
     import gc
+    import warnings
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:
         return 0
+    with warnings.catch_warnings():  # isinstance on every object wakes torch's deprecated aliases' warnings
+        warnings.simplefilter("ignore")
+        functions = [o for o in gc.get_objects() if isinstance(o, JITFunction)]
     count = 0
-    for fn in (o for o in gc.get_objects() if isinstance(o, JITFunction)):
+    for fn in functions:
         for binder in getattr(fn, "device_caches", {}).values():
             cache = binder[0] if isinstance(binder, tuple) else binder
             count += len(cache) if isinstance(cache, dict) else 0
@@ -174,6 +178,21 @@ def launches(call, job, say):
             os.environ["CUDA_LAUNCH_BLOCKING"] = was
 
 
+def started_log(stamp, torch, command, what):
+    """The log's lines so far (the stamp, the machine, the command, what it times), printed, and say(line), which
+    prints a line and keeps it."""
+    lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+             f"GPU: {torch.cuda.get_device_name()}", f"command: {command}", what]
+    for line in lines:
+        print(line)
+
+    def say(line):
+        lines.append(line)
+        print(line, flush=True)
+
+    return lines, say
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,18 +220,10 @@ def main():
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
     options.rows = options.rows or 8192
 
-    lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
-             f"GPU: {torch.cuda.get_device_name()}",
-             f"command: python3 research/wild/check_cost.py{' --breakdown' * options.breakdown} --rows {options.rows}",
-             "seconds of each stage, for one recorded call of LigerCrossEntropyFunction (liger-kernel 0.5.8) on "
-             f"({options.rows}, 32000) bfloat16 logits"]
-
-    def say(line):
-        lines.append(line)
-        print(line, flush=True)
-
-    for line in lines:
-        print(line)
+    lines, say = started_log(stamp, torch,
+                             f"python3 research/wild/check_cost.py{' --breakdown' * options.breakdown} --rows {options.rows}",
+                             "seconds of each stage, for one recorded call of LigerCrossEntropyFunction (liger-kernel "
+                             f"0.5.8) on ({options.rows}, 32000) bfloat16 logits")
     for reduction in ("none", "sum"):
         torch.manual_seed(0)
         logits = torch.randn(options.rows, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -282,19 +293,12 @@ def fused_loss(options, torch, stamp, child, copy_value, restore_value):
     --breakdown its parts."""
     from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction as op
     rows, hidden, classes = options.rows or 1024, 1024, 4096
-    lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, "
-             f"GPU: {torch.cuda.get_device_name()}",
-             f"command: python3 research/wild/check_cost.py --op flce{' --breakdown' * options.breakdown} "
-             f"--rows {rows}",
-             f"one recorded call of LigerFusedLinearCrossEntropyFunction (liger-kernel 0.8.1): ({rows}, {hidden}) "
-             f"bfloat16 input, ({classes}, {hidden}) weight and a bias, as test_correctness's first case"]
-
-    def say(line):
-        lines.append(line)
-        print(line, flush=True)
-
-    for line in lines:
-        print(line)
+    lines, say = started_log(stamp, torch,
+                             f"python3 research/wild/check_cost.py --op flce{' --breakdown' * options.breakdown} "
+                             f"--rows {rows}",
+                             f"one recorded call of LigerFusedLinearCrossEntropyFunction (liger-kernel 0.8.1): ({rows}, "
+                             f"{hidden}) bfloat16 input, ({classes}, {hidden}) weight and a bias, as "
+                             "test_correctness's first case")
     for reduction in ("mean", "none"):
         torch.manual_seed(0)
         linear = torch.nn.Linear(hidden, classes, device="cuda", dtype=torch.bfloat16)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from backward_check.tests.plugin_runs import row, run_pytest
+from backward_check.tests.plugin_runs import row, run_pytest, write_suite
 
 from backward_check.plugin.selection import BUDGET_FLOOR_SECONDS
 
@@ -352,37 +352,23 @@ def test_the_memory_bound_drops_the_least_revealing_copies_first():
 INTERRUPTED_SUITE = '''
 import torch
 
-
-class Triple(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return grad_output * 3
+from suite_ops import Doubles, NeverChecked
 
 
-class Double(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        return grad_output * 2
+def grad_of(op, x):
+    return torch.autograd.grad(op.apply(x), x, torch.randn_like(x))
 
 
 def test_first_call():
-    Triple.apply(torch.randn(4, requires_grad=True)).sum().backward()
+    grad_of(Doubles, torch.randn(4, requires_grad=True))
 
 
 def test_a_new_dtype():     # waits for the session's end, which never comes
-    Triple.apply(torch.randn(4, dtype=torch.float64, requires_grad=True)).sum().backward()
+    grad_of(Doubles, torch.randn(4, dtype=torch.float64, requires_grad=True))
 
 
 def test_interrupted():     # a first call, then ^C (or a deadline's signal) inside the test
-    Double.apply(torch.randn(4, requires_grad=True)).sum().backward()
+    grad_of(NeverChecked, torch.randn(4, requires_grad=True))
     raise KeyboardInterrupt
 '''
 
@@ -391,14 +377,14 @@ def test_an_interrupted_run_says_so_for_the_calls_still_waiting(tmp_path):
     """A run interrupted before the session's end: the calls still waiting were not past the time budget, and
     --backward-check-budget=all would not have checked them. The table says they were waiting when the run was
     interrupted, in the op's row and in the summary's line of ops never checked."""
-    (tmp_path / "test_interrupted.py").write_text(INTERRUPTED_SUITE)
+    write_suite(tmp_path, INTERRUPTED_SUITE, "test_interrupted.py")
     code, output = run_pytest(tmp_path, "--backward-check", "test_interrupted.py")
     assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
-    rows = row(output, "test_interrupted.Triple", whole=True)
+    rows = row(output, "suite_ops.Doubles", whole=True)
     assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
     assert ("  (1 more signature not checked: 1 still waiting for their check when the run was interrupted: "
             "1 with a new dtype)") in rows, rows
-    assert "1 op never checked: test_interrupted.Double; the run was interrupted before their check" in output, \
+    assert "1 op never checked: suite_ops.NeverChecked; the run was interrupted before their check" in output, \
         output[-3000:]
     assert "past the time budget" not in output and "--backward-check-budget=all" not in output, output[-3000:]
 
