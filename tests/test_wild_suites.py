@@ -259,6 +259,40 @@ def test_the_token_scaling_probe_says_what_it_decides_and_needs(tmp_path):
     assert done.returncode == 0 and "detached" in done.stdout and "0.8.1" in done.stdout, done.stdout + done.stderr
 
 
+FAKE_FUSED_LOSS = '''
+import torch
+
+
+class LigerFusedLinearCrossEntropyFunction:
+    """Stands in for the fused loss under use_token_scaling, in plain torch: DETACH says whether the scale is held
+    constant in the gradient, as the library means it."""
+
+    @staticmethod
+    def apply(x, weight, target, bias, *rest):
+        logits = x @ weight.t() + bias
+        per_row = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+        scale = torch.softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(-1)
+        return (per_row * (scale.detach() if DETACH else scale),)
+'''
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_the_token_scaling_probe_tells_a_held_scale_from_a_differentiated_one(tmp_path, detach):
+    """The probe on a stand-in for the library: a gradient that holds the scale constant matches the test's
+    reference under every grad_output; one that differentiates the scale is off under each of them."""
+    module = tmp_path / "liger_kernel" / "ops"
+    module.mkdir(parents=True)
+    for folder in (tmp_path / "liger_kernel", module):
+        (folder / "__init__.py").write_text("")
+    (module / "fused_linear_cross_entropy.py").write_text(f"DETACH = {detach}\n" + FAKE_FUSED_LOSS)
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "liger_token_scaling.py"), "--child",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    offs = [float(line.split("gradient ")[1].split()[0]) for line in done.stdout.splitlines()]
+    assert len(offs) == 3, done.stdout
+    assert all(off < 1e-5 for off in offs) if detach else all(off > 1e-3 for off in offs), done.stdout
+
+
 # -- research/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it times the real kernels instead")
