@@ -505,13 +505,20 @@ def torch_generator_states(devices):
     return [bytes(s.numpy()) for s in [torch.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in devices)]]
 
 
+@functools.lru_cache(maxsize=None)
+def cuda_devices():
+    """The CUDA devices' indices (none without a GPU), asked once a process: torch.cuda.is_available() takes
+    50 µs a call on the CPU, a tenth of a small op's check that seeds every one of its calls."""
+    return tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+
+
 def seeded(fn, *args, drew=None, **kwargs):
     """fn(*args, **kwargs) with torch's random generators seeded alike for every call (and restored after), so
     that an op that draws random numbers (a dropout; a backward that samples) gives the same answer twice, as a
     stateless op must. The seed is torch's own initial seed as the check began (the pytest plugin's worker seeds
     it from the op and its signature, and again with the next seed for a verdict that may be the draws'). drew: a
     list that gets True appended where fn drew from them."""
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    devices = list(cuda_devices())
     seed = torch.initial_seed()
     with torch.random.fork_rng(devices=devices):
         # torch.manual_seed(seed), less its work for devices that are not there: it also queues a seed for CUDA,

@@ -24,7 +24,7 @@ import zlib
 
 import torch
 
-from .contracts import NOTHING, Unkept, found
+from .contracts import NOTHING, Unkept, finite_elements, found
 
 BLOCK = 1024          # the chapter's kernels' block: a grown input spans several, with a ragged tail
 GROWN_NUMEL = 3 * BLOCK + 1
@@ -215,7 +215,7 @@ def jittered(t, name, base=0, contract=None):
     factor = (torch.rand(t.shape, generator=draws, dtype=torch.float64, device=where) * 0.5 + 0.75).to(t.device)
     inside = torch.rand(t.shape, generator=draws, dtype=torch.float64, device=where).to(t.device)
     values = t.detach().double()
-    finite = values[values.isfinite()]
+    finite = finite_elements(values)
     scaled = values * factor
     if finite.numel():
         low, high = finite.min().item(), finite.max().item()

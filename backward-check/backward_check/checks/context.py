@@ -16,6 +16,7 @@ from ..calling import (OutOfMemory, UsageError, announce, carries_gradient, clip
                        seeded_grad)
 from ..report import CRASHES, REFUSED_FROZEN, RETURNS_WRONG, Finding, Note
 from ..strategies import describe_shapes, input_layouts_for, randn
+from ..contracts import finite_elements
 from .truth import FORWARD_WRONG, NOISY, SETTLED_ULPS, TOLERANCE, Truth, extent, flat, narrowest, relative_error
 
 # autograd's own words when it refuses what a backward returned
@@ -442,7 +443,7 @@ def summed(a, b):
 
 def grad_output_size(grad_outputs):
     """How large grad_outputs are beside standard normal ones: the largest root-mean-square of any of them."""
-    sizes = [flat(g)[flat(g).isfinite()] for g in grad_outputs]
+    sizes = [finite_elements(flat(g)) for g in grad_outputs]
     return max((t.norm().item() / t.numel() ** 0.5 for t in sizes if t.numel()), default=0.0)
 
 
@@ -464,6 +465,8 @@ def largest_change(before, after):
         return float("inf")
     if not before.is_floating_point():
         return float((after != before).sum().item())
+    if torch.equal(after, before):  # one pass, the usual answer (False beside a NaN: then element by element)
+        return 0.0
     unchanged = (after == before) | (after.isnan() & before.isnan())
     if bool(unchanged.all()):
         return 0.0

@@ -111,11 +111,12 @@ def stale(context, check, other, b, alone):
         raise
     except Exception as error:  # noqa: BLE001  (the reference refuses the other values: nothing to judge)
         return [Undecided(check, f"the reference refuses the other values ({type(error).__name__})")]
-    earlier = context.expected(b)
+    earlier = None  # the given values' right gradient, asked of the reference only where a gradient is wrong
     for i in context.op.inputs:
         error = right.error(alone[i], i, context.values[i].shape)
         if error <= 1.0 or alone[i] is None:
             continue
+        earlier = earlier or context.expected(b)
         nearer = earlier.raw_error(alone[i], i)
         if nearer < right.raw_error(alone[i], i) / 4:
             return [context.finding(check, KEEPS_STATE, f"a second call, on other values of the same shape, got the "

@@ -34,7 +34,7 @@ import torch
 
 from ..calling import (REFERENCE_CALL, OutOfMemory, UsageError, carries_gradient, clip, flatten, holds_tensors,
                        out_of_memory, same_layout, seeded_call, seeded_grad, tensors_afresh)
-from ..contracts import found, projection
+from ..contracts import all_finite, finite_elements, found, projection
 from ..strategies import BLOCK, generator, randn_flat
 
 # Relative error that counts as right, by the dtype the gradient is computed in.
@@ -128,7 +128,7 @@ def same_values(got, right):
 
 def extent(t):
     """(norm, largest absolute value) of t's finite elements: (0.0, 0.0) where it has none."""
-    finite = t[t.isfinite()]
+    finite = finite_elements(t)
     if not finite.numel():
         return 0.0, 0.0
     return finite.norm().item(), finite.abs().max().item()
@@ -145,10 +145,12 @@ def comparable(got, right):
     """(got, right, mask) over the elements both hold finite (mask picks them out of a tensor of got's shape), or
     None where a NaN or an infinity stands where the right answer has none (an infinity the same, or NaN beside
     NaN, is agreement)."""
-    finite = got.isfinite() & right.isfinite()
-    if bool(finite.all()):
+    if all_finite(got, right):
         # The usual case, and a third of a large check's comparing: nothing to pick out, so nothing copied. The
         # mask returned is `...`, which picks every element of whatever it indexes (a view, not a copy).
+        return got, right, ...
+    finite = got.isfinite() & right.isfinite()
+    if bool(finite.all()):  # finite elements whose sum overflows
         return got, right, ...
     special = (got.isnan() & right.isnan()) | (got.isinf() & (got == right))
     if not bool((finite | special).all()):
@@ -179,7 +181,7 @@ def narrowest(values, widest, inputs=()):
     about the kernel, and that dtype is passed over."""
     if values is None:
         return widest
-    values = values[values.isfinite()]
+    values = finite_elements(values)
     for narrow in (torch.bfloat16, torch.float16, torch.float32):
         if not values.numel() or narrow.itemsize >= widest.itemsize:
             continue
@@ -195,6 +197,35 @@ def narrowest(values, widest, inputs=()):
 def flat(t):
     """A tensor as float64 and flat, for comparing (None stays None)."""
     return None if t is None else t.detach().double().reshape(-1)
+
+
+class Later:
+    """A value per argument, worked out the first time one is asked for. The reference's rounding takes two more
+    backwards of the reference (in the op's dtype, and on TF32-rounded operands), which a comparison needs only
+    where it judges: the right gradient's size alone (Context.typical) needs neither, and a gradient with no
+    element far off even beside the rounding in the op's dtype alone needs no TF32 one (Expected.far_off)."""
+
+    def __init__(self, work_out):
+        self._work_out, self._values = work_out, None
+
+    @property
+    def known(self):
+        return self._values is not None
+
+    @property
+    def values(self):
+        if self._values is None:
+            self._values, self._work_out = self._work_out(), None
+        return self._values
+
+    def __getitem__(self, i):
+        return self.values[i]
+
+    def __len__(self):
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
 
 
 @dataclasses.dataclass
@@ -221,8 +252,9 @@ class Expected:
     dtypes: list = None
 
     def __post_init__(self):
-        self.rounding = self.rounding or [None] * len(self.grads)
-        self.fine = self.fine or [None] * len(self.grads)
+        # (`is None`, not `or`: a Later's length would work it out)
+        self.rounding = [None] * len(self.grads) if self.rounding is None else self.rounding
+        self.fine = [None] * len(self.grads) if self.fine is None else self.fine
         self.projected = self.projected or [None] * len(self.grads)
         self.noise = self.noise or [None] * len(self.grads)
         self.settled = self.settled or [None] * len(self.grads)
@@ -247,8 +279,8 @@ class Expected:
     @functools.cached_property
     def largest(self):
         """The op's largest right gradient element, over every argument."""
-        return max((g[g.isfinite()].abs().max().item() for g in self.grads
-                    if g is not None and bool(g.isfinite().any())), default=0.0)
+        finite = [finite_elements(g) for g in self.grads if g is not None]
+        return max((g.abs().max().item() for g in finite if g.numel()), default=0.0)
 
     @functools.cached_property
     def floor(self):
@@ -261,7 +293,8 @@ class Expected:
     def error(self, got, i, shape):
         """got's error for argument i in units of what counts as right (above 1 is wrong): the larger of
         its error over the whole gradient in tolerances, and its worst element; inf where got is
-        misshapen. None is zeros, as autograd takes it."""
+        misshapen. None is zeros, as autograd takes it. Exact above 1; at or below 1 it may be a bound of it
+        (overall), so it says right or wrong, and how wrong, never how right."""
         if got is not None and tuple(got.shape) != tuple(shape):
             return float("inf")
         return max(self.overall(got, i), self.worst_element(got, i))
@@ -272,7 +305,10 @@ class Expected:
 
     def overall(self, got, i):
         """The error over the whole gradient, in tolerances: relative to the right gradient's norm and its
-        largest element, beyond ROUNDING_TIMES the reference's own rounding in the op's dtype."""
+        largest element, beyond ROUNDING_TIMES the reference's own rounding in the op's dtype. Where that
+        rounding is not yet worked out (a Later), the error without it comes first: it is never less than
+        the error with it, so where it is at most 1 it is returned as it is, and the reference's backward
+        in the op's dtype is never made (a right gradient's usual answer)."""
         pair = comparable(*self._pair(got, i))
         if pair is None:
             return float("inf")
@@ -280,26 +316,37 @@ class Expected:
         d = g - right
         if not d.numel():
             return 0.0
+        noise = None if self.noise[i] is None else self.noise[i].to(right.device)[finite]
+        if isinstance(self.rounding, Later) and not self.rounding.known:
+            bound = self._overall(i, d, right, None, noise)
+            if bound <= 1.0:
+                return bound
+        rounding = self.rounding[i]
+        return self._overall(i, d, right, None if rounding is None else rounding.to(right.device)[finite], noise)
+
+    def _overall(self, i, d, right, rounding, noise):
         tolerance = self.tolerance[i]
-        rounding, noise = (torch.zeros_like(right) if t is None else t.to(right.device)[finite]
-                           for t in (self.rounding[i], self.noise[i]))
         floor = self.floor
+        rounding_norm, rounding_max = (0.0, 0.0) if rounding is None else (rounding.norm().item(),
+                                                                           rounding.abs().max().item())
+        noise_norm, noise_max = (0.0, 0.0) if noise is None else (noise.norm().item(), noise.abs().max().item())
         # Over the whole gradient the op's noise widens its tolerance at most twofold: a float32 op that rounds its
         # gradient to float16 is as noisy as float16, and that is its bug, not its precision.
-        noisy = min(NOISE_TIMES * noise.norm().item(), tolerance * right.norm().item())
-        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding.norm().item()
+        noisy = min(NOISE_TIMES * noise_norm, tolerance * right.norm().item())
+        return max(ratio(d.norm().item(), tolerance * right.norm().item() + ROUNDING_TIMES * rounding_norm
                          + noisy + floor * math.sqrt(d.numel())),
                    ratio(d.abs().max().item(),
-                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding.abs().max().item()
-                         + ROUNDING_TIMES * noise.abs().max().item() + floor))
+                         tolerance * right.abs().max().item() + ROUNDING_TIMES * rounding_max
+                         + ROUNDING_TIMES * noise_max + floor))
 
-    def local_rounding(self, i, right):
+    def local_rounding(self, i, right, fine):
         """Each element's rounding, times ROUNDING_TIMES: the larger of the reference's (fine) and the op's own
         noise, taken as its neighbourhood's (an element's own rounding is one draw, and may happen to be 0),
         and at least what rounding in its dtype can leave anywhere (unmeasured); but an element whose
         rounding, the reference's and the op's, is settled (within SETTLED_ULPS ulps of its value) is judged
-        by its own alone, so that a small gradient beside large ones is judged by its own size."""
-        fine, noise = self.fine[i].to(right.device), self.noise[i]
+        by its own alone, so that a small gradient beside large ones is judged by its own size. It grows with
+        fine, element by element: the settled elements' share is never more than the others' would be."""
+        fine, noise = fine.to(right.device), self.noise[i]
         own = fine if noise is None else torch.maximum(fine, noise.to(right.device))
         around = ROUNDING_TIMES * neighbourhood(own) + self.unmeasured(i)
         if self.settled[i] is None:
@@ -315,17 +362,48 @@ class Expected:
         """Which elements (of the sample) are far off: by more than FAR_OFF of their own value, beyond
         ROUNDING_TIMES their rounding (local_rounding: the reference's and the op's own). None where the
         reference's rounding is not known."""
+        if self.rounding[i] is None:
+            return None
+        return self._far_off(i, *self._suspects(got, i))
+
+    def _suspects(self, got, i):
+        """(right, |got - right|, where they agree on a NaN or an infinity, the suspects): no element's rounding
+        is below 0, so only an element off by more than FAR_OFF of its value beyond the floor can be far off."""
+        g, right = self._pair(got, i)
+        d = (g - right).abs()
+        if all_finite(g, right):  # the usual case: nothing to agree on, and d is infinite only where it overflowed
+            return right, d, torch.zeros_like(d, dtype=torch.bool), d > FAR_OFF * right.abs() + self.floor
+        agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
+        return right, d, agree, ~agree & ((d > FAR_OFF * right.abs() + self.floor) | ~(d.isfinite() | agree))
+
+    def _far_off(self, i, right, d, agree, suspects):
+        if not bool(suspects.any()):  # every element within FAR_OFF of its value: the usual answer, found in a pass
+            return suspects
+
+        def beyond(fine):
+            allowed = FAR_OFF * right.abs() + self.local_rounding(i, right, fine) + self.floor
+            return ~agree & ((d > allowed) | ~(d.isfinite() | agree))
+
+        if isinstance(self.fine, Later) and not self.fine.known:
+            # The rounding in the op's dtype alone is at most fine in every element (fine is the larger of it and
+            # the TF32 one), so it allows less: where no element is far off even so, none is beside fine, and
+            # the reference's TF32 backward is never made.
+            far = beyond(self.rounding[i])
+            if not bool(far.any()):
+                return far
         if self.fine[i] is None:
             return None
-        g, right = self._pair(got, i)
-        allowed = FAR_OFF * right.abs() + self.local_rounding(i, right) + self.floor
-        d = (g - right).abs()
-        agree = (g.isnan() & right.isnan()) | (g.isinf() & (g == right))
-        return ~agree & ((d > allowed) | ~(d.isfinite() | agree))
+        return beyond(self.fine[i])
 
     def worst_element(self, got, i):
-        """1 and above where an element is far off (the count of far-off elements, so more are worse)."""
-        far = self.far_off(got, i)
+        """1 and above where an element is far off (the count of far-off elements, so more are worse). Where no
+        element is a suspect (_suspects), 0 without the reference's rounding, known or not."""
+        if self.grads[i] is None or (not isinstance(self.rounding, Later) and self.rounding[i] is None):
+            return 0.0
+        right, d, agree, suspects = self._suspects(got, i)
+        if not bool(suspects.any()) or self.rounding[i] is None:
+            return 0.0
+        far = self._far_off(i, right, d, agree, suspects)
         return float(far.sum().item()) if far is not None else 0.0
 
     def sample(self, got, i):
@@ -393,37 +471,38 @@ class Reference:
         return result
 
     def rounding(self, grad_outputs, exact):
-        """(rounding, fine): how far the reference lands from exact (its float64 gradients) when it computes
-        in the op's dtype (a float64 op: in float32, scaled down by the two dtypes' precisions), and the
-        larger of that and what TF32-rounded operands do, for a float32 op; (None, None) where the
-        reference takes only its own dtype, or refuses the narrower one."""
+        """How far the reference lands from exact (its float64 gradients) when it computes in the op's dtype (a
+        float64 op: in float32, scaled down by the two dtypes' precisions), element by element; None for each
+        argument where the reference takes only its own dtype, or refuses the narrower one."""
+        unknown = [None] * len(exact)
         if self.dtype is None:
-            return None, None
+            return unknown
         narrow = torch.float32 if self.own == torch.float64 else self.own
         scale = torch.finfo(self.own).eps / torch.finfo(narrow).eps
         try:
             low = self._grads(narrow if self.own == torch.float64 else None, grad_outputs)
-            tf32 = None
-            if self.own == torch.float32:
-                values = [to_tf32(v) if i in self.op.inputs else v for i, v in enumerate(self.values)]
-                tf32 = self._grads(torch.float64, [to_tf32(g) for g in grad_outputs], values)
         except Exception:  # noqa: BLE001  (a reference that works only in float64: rounding unknown)
-            return None, None
-        rounding, fine = [], []
-        for k, (want, got) in enumerate(zip(exact, low)):
-            if want is None:
-                rounding.append(None), fine.append(None)
-                continue
-            r = ((got.to(want.device) - want).abs() * scale).nan_to_num(0.0, 0.0, 0.0)
-            r = torch.where(want.isfinite(), r, torch.zeros_like(r))
-            rounding.append(r)
-            t = None if tf32 is None else (tf32[k].to(want.device) - want).abs().nan_to_num(0.0, 0.0, 0.0)
-            fine.append(r if t is None else torch.maximum(r, torch.where(want.isfinite(), t, torch.zeros_like(t))))
-        return rounding, fine
+            return unknown
+        return [None if want is None else apart(got, want) * scale for want, got in zip(exact, low)]
+
+    def fine(self, grad_outputs, exact, rounding):
+        """The larger of rounding and what TF32-rounded operands do to the reference, for a float32 op (a
+        float32 tl.dot computes in TF32 by default, on a GPU and in Triton's interpreter); rounding itself
+        otherwise, and where the reference refuses the rounded operands."""
+        if self.own != torch.float32 or all(r is None for r in rounding):
+            return list(rounding)
+        values = [to_tf32(v) if i in self.op.inputs else v for i, v in enumerate(self.values)]
+        try:
+            tf32 = self._grads(torch.float64, [to_tf32(g) for g in grad_outputs], values)
+        except Exception:  # noqa: BLE001  (the reference refuses the rounded values: the op's dtype's rounding)
+            return list(rounding)
+        return [r if r is None else torch.maximum(r, apart(t, want)) for r, t, want in zip(rounding, tf32, exact)]
 
     def expected(self, grad_outputs, tolerance):
         exact = self._grads(self.dtype, grad_outputs)
-        rounding, fine = self.rounding(grad_outputs, exact)
+        held = list(exact)  # as the reference gave them: Truth.expected projects Expected.grads in place
+        rounding = Later(lambda: self.rounding(grad_outputs, held))
+        fine = Later(lambda: self.fine(grad_outputs, held, rounding))
         return Expected(exact, [None] * len(exact), tolerance, rounding, fine)
 
     def tf32_error(self, grad_outputs, i):
@@ -434,6 +513,12 @@ class Reference:
         values = [to_tf32(v) if k in self.op.inputs else v for k, v in enumerate(self.values)]
         rounded = self._grads(torch.float64, [to_tf32(g) for g in grad_outputs], values)[i]
         return relative_error(rounded, exact)
+
+
+def apart(got, want):
+    """|got - want|, element by element, where want is finite (0 elsewhere, and where got is not)."""
+    d = (got.to(want.device) - want).abs().nan_to_num(0.0, 0.0, 0.0)
+    return torch.where(want.isfinite(), d, torch.zeros_like(d))
 
 
 def same_picks(these, those):
@@ -591,7 +676,7 @@ class FiniteDifferences:
         one. The noise is the largest level that grows less than NOISE_GROWTH times by the next: 0 where none
         does, or the op refuses the moved values."""
         x = flat(self.values[i])  # on the input's device: a large input's direction is drawn where it lives
-        finite = x[x.isfinite()]
+        finite = finite_elements(x)
         typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
         scale = torch.where(x.isfinite(), x.abs().clamp(min=typical or 1.0), torch.zeros_like(x))
         u = randn_flat(x.numel(), x.device, f"the forward's own noise {i}") * scale
@@ -719,7 +804,7 @@ class FiniteDifferences:
         # The step follows each element's size, and never falls below the input's typical size (a step of
         # a thousandth of 1e-3 is not the step of a thousandth of 1); an infinite element (a -inf mask)
         # has no neighbourhood to difference, and is left out like a kink.
-        finite = x[x.isfinite()]
+        finite = finite_elements(x)
         typical = finite.norm().item() / max(1, finite.numel()) ** 0.5 if finite.numel() else 1.0
         # A step stays inside the input's contract: along its column projected onto it, and short of a bound
         # (an element at one, 0 in a non-negative input, has no room on one side, and is left out like a kink).
@@ -780,7 +865,7 @@ class FiniteDifferences:
         kink there. An input on a lattice gets none (see undifferenced)."""
         x = flat(self.values[i].detach())
         n = x.numel()
-        finite = x[x.isfinite()]
+        finite = finite_elements(x)
         typical = (finite.norm().item() / max(1, finite.numel()) ** 0.5) or 1.0
         scale = torch.where(x.isfinite() & (x != 0), x.abs().clamp(min=typical), torch.zeros_like(x))
         tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)

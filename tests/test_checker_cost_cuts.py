@@ -1,0 +1,145 @@
+"""What a check leaves out to cost less, and that leaving it out changes no verdict: the reference's rounding is
+worked out only where a gradient is not plainly right (checks/truth.py, Later), and an element is judged against
+its rounding only where it is off by more than half its own value (Expected._suspects)."""
+import math
+import sys
+
+import pytest
+import torch
+from chapter_scripts import DEVICE, REPO, seeded_randn
+
+sys.path.insert(0, str(REPO / "practice"))
+from backward_check.checks.truth import Expected, Later  # noqa: E402
+from backward_check.contracts import all_finite, finite_elements  # noqa: E402
+from backward_checker import check_backward  # noqa: E402
+
+
+class Softplus(torch.autograd.Function):
+    """softplus, with a backward off by `off` (relative) on the elements `wrong` picks (a slice of the flat ones)."""
+    off, wrong = 0.0, slice(None)
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        scale = torch.ones_like(x).reshape(-1)
+        scale[Softplus.wrong] += Softplus.off
+        return grad * torch.sigmoid(x) * scale.reshape(x.shape)
+
+
+def softplus_counting(dtypes):
+    def reference(x):
+        dtypes.append(x.dtype)
+        return torch.nn.functional.softplus(x)
+    return reference
+
+
+@pytest.mark.parametrize("off, wrong, trap", [(0.0, slice(None), None), (0.01, slice(None), "a wrong formula"),
+                                              (1.0, slice(2000, 2003), "a wrong formula")])
+def test_the_reference_is_asked_for_its_rounding_only_where_a_gradient_is_not_plainly_right(off, wrong, trap,
+                                                                                            monkeypatch):
+    # A right float32 gradient is within its tolerance before the rounding widens it, so the reference is never run
+    # in float32 (nor on TF32-rounded operands); a wrong one, over the whole gradient or in a few elements, is
+    # judged beside that rounding, as before the cut, and named.
+    monkeypatch.setattr(Softplus, "off", off)
+    monkeypatch.setattr(Softplus, "wrong", wrong)
+    dtypes = []
+    report = check_backward(Softplus.apply, seeded_randn(64, 64, seed=3), reference=softplus_counting(dtypes))
+    named = {f.trap.name for f in report.findings}
+    if trap is None:
+        assert report.clean, report
+        assert torch.float32 not in dtypes, dtypes
+    else:
+        assert trap in named, report
+        assert torch.float32 in dtypes, dtypes
+
+
+def judged(right, got, rounding, fine, noise, later):
+    """An Expected of one argument's right gradient, its rounding given at once or worked out when asked, judged
+    beside the op's own noise where there is one (settled where it is within a few ulps of the gradient)."""
+    if later:
+        roundings, fines = Later(lambda: [rounding]), Later(lambda: [fine])
+    else:
+        roundings, fines = [rounding], [fine]
+    expected = Expected([right], [None], [1e-4], roundings, fines, dtypes=[torch.float32])
+    if noise is not None:
+        settled = noise <= 2 * torch.finfo(torch.float32).eps * right.abs()
+        expected = expected.judged_with([noise], [settled], [torch.float32])
+    error = expected.error(got, 0, got.shape)
+    return error <= 1.0, (error if error > 1.0 else None), expected.far_off(got, 0).tolist()
+
+
+def far_off_by_the_whole_rule(right, got, fine, noise):
+    """Each element judged by the rule in full (Expected.far_off's docstring), with no element screened out first."""
+    expected = Expected([right], [None], [1e-4], [fine], [fine], dtypes=[torch.float32])
+    if noise is not None:
+        settled = noise <= 2 * torch.finfo(torch.float32).eps * right.abs()
+        expected = expected.judged_with([noise], [settled], [torch.float32])
+    d = (got - right).abs()
+    allowed = 0.5 * right.abs() + expected.local_rounding(0, right, fine) + expected.floor
+    return (~(d <= allowed)).tolist()
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_rounding_worked_out_when_asked_gives_every_verdict_the_one_given_at_once_gives(seed):
+    # Gradients right, right within their rounding only, a few elements off by about half their value, and
+    # cancelling elements near 0 beside rounding larger than them, at scales drawn around each rule's edge: the
+    # error's verdict and each element's are the same whether the reference's rounding (and its TF32 rounding, at
+    # least as large) is given at once or only when the cheaper bound cannot decide.
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand((), generator=generator, dtype=torch.float64).item()
+
+    n = 64
+    right = torch.randn(n, generator=generator, dtype=torch.float64)
+    right[:8] *= 10.0 ** -torch.randint(3, 9, (8,), generator=generator)
+    near_the_tolerance = seed % 4 == 0  # the whole gradient off by about its tolerance, 1e-4, rounding far below it
+    rounding = (torch.rand(n, generator=generator, dtype=torch.float64) * right.abs().max()
+                * 10 ** (uniform(-9, -7) if near_the_tolerance else uniform(-6, -3)))
+    fine = torch.maximum(rounding, torch.rand(n, generator=generator, dtype=torch.float64) * rounding.max() * 4)
+    relative = (torch.randn(n, generator=generator, dtype=torch.float64)
+                * 10 ** (uniform(-4.3, -3.7) if near_the_tolerance else uniform(-6, 0.5)))
+    picked = torch.rand(n, generator=generator) < (1.0 if near_the_tolerance else uniform(0.02, 1.0))
+    got = right + relative * right.abs() * picked
+    # the elements near 0 off by about their rounding, which decides them
+    got[:8] += torch.randn(8, generator=generator, dtype=torch.float64) * fine[:8] * 10 ** uniform(0, 2.5)
+    got = got.to(DEVICE)
+    noise = None
+    if seed % 2:
+        noise = (torch.rand(n, generator=generator, dtype=torch.float64) * 1e-7 * right.abs()).to(DEVICE)
+    given = judged(right.to(DEVICE), got, rounding.to(DEVICE), fine.to(DEVICE), noise, later=False)
+    asked = judged(right.to(DEVICE), got, rounding.to(DEVICE), fine.to(DEVICE), noise, later=True)
+    assert given == asked
+    assert given[2] == far_off_by_the_whole_rule(right.to(DEVICE), got, fine.to(DEVICE), noise)
+
+
+def test_a_later_value_is_worked_out_once_and_only_when_asked():
+    calls = []
+    later = Later(lambda: calls.append(1) or [1.0, 2.0])
+    assert not later.known and not calls
+    assert later[1] == 2.0 and list(later) == [1.0, 2.0] and len(later) == 2
+    assert later.known and calls == [1]
+
+
+@pytest.mark.parametrize("values, finite", [
+    ([1.0, -2.0, 3.0], True),
+    ([1e308, 1e308, -1e308], True),         # finite elements whose sum overflows: told by isfinite
+    ([1.0, float("nan"), 2.0], False),
+    ([float("inf"), float("-inf")], False),  # infinities that cancel to NaN in a sum
+    ([1.0, float("inf")], False),
+    ([], True),
+])
+def test_all_finite_is_isfinite_told_by_a_sum(values, finite):
+    # all_finite reads a sum first (a NaN or an infinity carries through it) and asks isfinite only where the sum is
+    # not finite: every case gives what isfinite gives, in float64 and, where the values fit, in float16.
+    t = torch.tensor(values, dtype=torch.float64, device=DEVICE)
+    assert all_finite(t) is finite is bool(t.isfinite().all())
+    assert all_finite(t, torch.ones(3, device=DEVICE)) is finite
+    if all(abs(v) < 6e4 or not math.isfinite(v) for v in values):  # summed in float64: no overflow
+        assert all_finite(torch.tensor(values * 3000, dtype=torch.float16, device=DEVICE)) is finite
+    assert finite_elements(t).tolist() == t[t.isfinite()].tolist()
