@@ -106,8 +106,10 @@ def test_a_rounding_worked_out_when_asked_gives_every_verdict_the_one_given_at_o
                 * 10 ** (uniform(-4.3, -3.7) if near_the_tolerance else uniform(-6, 0.5)))
     picked = torch.rand(n, generator=generator) < (1.0 if near_the_tolerance else uniform(0.02, 1.0))
     got = right + relative * right.abs() * picked
-    # the elements near 0 off by about their rounding, which decides them
-    got[:8] += torch.randn(8, generator=generator, dtype=torch.float64) * fine[:8] * 10 ** uniform(0, 2.5)
+    # in a third of the draws, the elements near 0 off by about their rounding, which decides them (elsewhere every
+    # element is off by its share of its own value, so the screen alone decides whether any is looked at further)
+    if seed % 3 == 0:
+        got[:8] += torch.randn(8, generator=generator, dtype=torch.float64) * fine[:8] * 10 ** uniform(0, 2.5)
     got = got.to(DEVICE)
     noise = None
     if seed % 2:
