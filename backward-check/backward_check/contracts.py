@@ -23,6 +23,7 @@ index: they are differenced like any other. Where the checker cannot make values
 which, and decides nothing on them.
 """
 import dataclasses
+import weakref
 
 import torch
 
@@ -232,47 +233,108 @@ def positive_definite_like(matrices, smallest, diagonal, dtype):
     return (1 - share) * matrices + share * diagonal * eye
 
 
-def lattice_step(values, dtype):
+def lattice_step(values, dtype, smallest=None, largest=None):
     """1.0 where every value is an integer, and the dtype could hold values between them there (see
     LATTICE_COARSER); else 0.0. Only integers may be indices or counts: values on a grid of another step (tenths,
     quarters, a narrower dtype's numbers) are real numbers that happen to be round, and are differenced. values:
-    finite (found's)."""
+    finite (found's); smallest and largest: theirs, where already known."""
     # Its smallest and largest value say what the distinct values would (two of them at least, and how large),
     # without sorting them: torch.unique was a fifth of a large check's time.
-    smallest, largest = values.min().item(), values.max().item()
+    if smallest is None:
+        smallest, largest = values.min().item(), values.max().item()
     if smallest == largest:
         return 0.0
     if LATTICE_COARSER * torch.finfo(dtype).eps * max(abs(smallest), abs(largest)) > 1.0:
         return 0.0
+    head = values[:PROBED]  # a value off the lattice is usually among the first: then no pass over them all
+    if not bool((head == head.round()).all()):
+        return 0.0
     return 1.0 if bool((values == values.round()).all()) else 0.0
+
+
+# A check asks for the contract of the same values several times (its truth, its notes, the values it makes up from
+# them): within one run of the checks (remembered), each tensor's is found once. The checker never hands its own
+# values to the op (every call is on fresh copies), and the version counter guards against any other change.
+_REMEMBERED = []
+
+
+class remembered:
+    """Within this block, found(t) is worked out once for each tensor (as long as its version is the same)."""
+
+    def __enter__(self):
+        _REMEMBERED.append({})
+        return self
+
+    def __exit__(self, *exc):
+        _REMEMBERED.pop()
+        return False
 
 
 def found(t):
     """The contract t's values hold: NOTHING for anything but a floating-point tensor of finite values."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() < 2:
         return NOTHING
+    if not _REMEMBERED:
+        return _found(t)
+    memo = _REMEMBERED[-1]
+    key = id(t)
+    if key in memo:
+        kept, version, contract = memo[key]
+        if kept() is t and version == t._version:
+            return contract
+    contract = _found(t)
+    memo[key] = (weakref.ref(t), t._version, contract)
+    return contract
+
+
+# The first elements, or the first row, looked at before all of them: a property most values lack is usually
+# seen to be lacking there, and then the pass over every element (a large input's check asked for several) is
+# never made. Each probe looks at a part of what the full test looks at, so it decides only where the full test
+# would decide alike.
+PROBED = 64
+
+
+def _found(t):
     x = t.detach().double()
     if not all_finite(x):
         return NOTHING
     tol = tolerance(t.dtype)
-    largest = x.abs().max().item()
+    smallest, biggest = (v.item() for v in torch.aminmax(x))
+    largest = max(abs(smallest), abs(biggest))
     if largest == 0.0:
         return NOTHING
     square = x.dim() >= 2 and x.shape[-1] == x.shape[-2] >= 2
-    symmetric = square and (x - x.transpose(-1, -2)).abs().max().item() <= tol * largest
+    symmetric = square and mirrored(x, tol * largest)
     positive_definite = symmetric and bool((torch.linalg.cholesky_ex(x).info == 0).all())
     row = x.shape[-1]  # the length of a row, along the last dimension
-    rows_sum_to_one = row >= 2 and bool(((x.sum(dim=-1) - 1).abs() <= tol).all())
-    unit_rows = row >= 2 and not rows_sum_to_one and bool(((x.norm(dim=-1) - 1).abs() <= tol).all())
+    first = x[(0,) * (x.dim() - 1)]  # the first row (a view)
+    # (the probes allow float64's rounding of a row's sum besides tol: a row the full test takes is never refused)
+    margin = 1e-9 * (1.0 + first.abs().sum().item())
+    rows_sum_to_one = (row >= 2 and abs(first.sum().item() - 1) <= tol + margin
+                       and bool(((x.sum(dim=-1) - 1).abs() <= tol).all()))
+    unit_rows = (row >= 2 and not rows_sum_to_one and abs(first.norm().item() - 1) <= tol + margin
+                 and bool(((x.norm(dim=-1) - 1).abs() <= tol).all()))
     comparisons = x.numel() - x.numel() // row
-    steps = x.diff(dim=-1)
     sorted_ = 0
-    if comparisons >= SORTED_COMPARISONS and bool((steps != 0).any()):
-        sorted_ = 1 if bool((steps >= 0).all()) else -1 if bool((steps <= 0).all()) else 0
+    if comparisons >= SORTED_COMPARISONS:
+        head = first.diff()
+        # steps of both signs in the first row: neither ascending nor descending, whatever the rest holds
+        if not (bool((head > 0).any()) and bool((head < 0).any())):
+            steps = x.diff(dim=-1)
+            if bool((steps != 0).any()):
+                sorted_ = 1 if bool((steps >= 0).all()) else -1 if bool((steps <= 0).all()) else 0
     # A constant tensor (a weight of ones) says nothing of a range.
-    non_negative = x.min().item() >= 0.0 and x.max().item() > x.min().item()
+    non_negative = smallest >= 0.0 and biggest > smallest
     return Contract(symmetric=symmetric, positive_definite=positive_definite, rows_sum_to_one=rows_sum_to_one,
-                    unit_rows=unit_rows, sorted=sorted_, step=lattice_step(x.reshape(-1), t.dtype),
+                    unit_rows=unit_rows, sorted=sorted_, step=lattice_step(x.reshape(-1), t.dtype, smallest, biggest),
                     non_negative=non_negative, unit_interval=non_negative and largest <= 1.0,
                     smallest=torch.linalg.eigvalsh(x).min().item() if positive_definite else 0.0,
                     diagonal=x.diagonal(dim1=-2, dim2=-1).max().item() if positive_definite else 0.0)
+
+
+def mirrored(x, allowed):
+    """Whether x (float64, its last two dimensions square) equals its transpose within allowed: the first row
+    against the first column first, then every element."""
+    if (x[..., 0, :] - x[..., :, 0]).abs().max().item() > allowed:
+        return False
+    return (x - x.transpose(-1, -2)).abs().max().item() <= allowed

@@ -22,7 +22,7 @@ from .backend import TOO_LATE
 from .calling import (REFERENCE_CALL, ComplexOutputs, OutOfMemory, UsageError, clip, is_function,
                       out_of_memory)
 from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
-from .contracts import Unkept, found
+from .contracts import Unkept, found, remembered
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
                      MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
@@ -316,7 +316,12 @@ def grown_context(op, given, reference, earlier):
 def run(op, reference, second_order=False, grow_inputs=True, compile_backend=None, made_per_call=False):
     """(every outcome, what was checked): the given inputs, then the same grown. compile_backend: a backend for
     torch.compile (compile_backend.backend_for), or None to leave the compile checks out. made_per_call: the op is a
-    class its callers make afresh for every call (see per_call)."""
+    class its callers make afresh for every call (see per_call). Each tensor's contract is found once (remembered)."""
+    with remembered():
+        return run_checks(op, reference, second_order, grow_inputs, compile_backend, made_per_call)
+
+
+def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_per_call):
     options = {"second_order": second_order, "compile": compile_backend}
     try:
         given = Context(op, op.values, GIVEN, reference, options=options)

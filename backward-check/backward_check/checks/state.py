@@ -11,9 +11,10 @@ STATE_FLOOR = 1e-2
 
 def same_call_twice(context, check):
     """The same call made twice, on fresh copies: the same gradient, unless the backward depends on an
-    earlier call. Every check that compares two of the op's own calls needs this to hold."""
-    one, two = context.run("the forward"), context.run("the forward, again")
-    apart = max((relative_error(flat(a), flat(b)) for a, b in zip(one.graded, two.graded)), default=0.0)
+    earlier call. Every check that compares two of the op's own calls needs this to hold. The two forwards are
+    those of the two calls compared (Context.repeat)."""
+    one, two = context.take_repeat_outputs()
+    apart = max((relative_error(flat(a), flat(b)) for a, b in zip(one, two)), default=0.0)
     if apart > context.output_tolerance():
         return [Undecided(check, f"the same forward made twice gave two outputs ({apart:.3g} apart, relative): the "
                                  f"op draws random numbers the checker cannot seed (a generator of its own), so no "

@@ -256,8 +256,8 @@ class Expected:
         self.rounding = [None] * len(self.grads) if self.rounding is None else self.rounding
         self.fine = [None] * len(self.grads) if self.fine is None else self.fine
         self.projected = self.projected or [None] * len(self.grads)
-        self.noise = self.noise or [None] * len(self.grads)
-        self.settled = self.settled or [None] * len(self.grads)
+        self.noise = [None] * len(self.grads) if self.noise is None else self.noise
+        self.settled = [None] * len(self.grads) if self.settled is None else self.settled
         self.dtypes = self.dtypes or [None] * len(self.grads)
 
     def judged_with(self, noise, settled, dtypes):
@@ -305,10 +305,11 @@ class Expected:
 
     def overall(self, got, i):
         """The error over the whole gradient, in tolerances: relative to the right gradient's norm and its
-        largest element, beyond ROUNDING_TIMES the reference's own rounding in the op's dtype. Where that
-        rounding is not yet worked out (a Later), the error without it comes first: it is never less than
-        the error with it, so where it is at most 1 it is returned as it is, and the reference's backward
-        in the op's dtype is never made (a right gradient's usual answer)."""
+        largest element, beyond ROUNDING_TIMES the reference's own rounding in the op's dtype and the op's own
+        noise. Where either is not yet worked out (a Later), the error without it comes first: each only widens
+        what is allowed, so the error without it is never less than with it, and where that is at most 1 it is
+        returned as it is: neither the reference's backward in the op's dtype nor the op's own noise calls are
+        made (a right gradient's usual answer)."""
         pair = comparable(*self._pair(got, i))
         if pair is None:
             return float("inf")
@@ -316,13 +317,20 @@ class Expected:
         d = g - right
         if not d.numel():
             return 0.0
-        noise = None if self.noise[i] is None else self.noise[i].to(right.device)[finite]
-        if isinstance(self.rounding, Later) and not self.rounding.known:
-            bound = self._overall(i, d, right, None, noise)
+
+        def known(later, work_out=True):
+            """Argument i's entry of later, on right's device and at its finite elements; None where it is not
+            known yet and work_out is False, or known to be none."""
+            if not work_out and isinstance(later, Later) and not later.known:
+                return None
+            entry = later[i]
+            return None if entry is None else entry.to(right.device)[finite]
+
+        if any(isinstance(later, Later) and not later.known for later in (self.rounding, self.noise)):
+            bound = self._overall(i, d, right, known(self.rounding, False), known(self.noise, False))
             if bound <= 1.0:
                 return bound
-        rounding = self.rounding[i]
-        return self._overall(i, d, right, None if rounding is None else rounding.to(right.device)[finite], noise)
+        return self._overall(i, d, right, known(self.rounding), known(self.noise))
 
     def _overall(self, i, d, right, rounding, noise):
         tolerance = self.tolerance[i]
