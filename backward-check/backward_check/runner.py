@@ -22,15 +22,16 @@ from .backend import TOO_LATE
 from .calling import (REFERENCE_CALL, ComplexOutputs, OutOfMemory, UsageError, clip, is_function,
                       out_of_memory)
 from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
+from .checks.truth import FORWARD_WRONG
 from .contracts import Unkept, found, remembered
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
                      MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
                      WRONG_UNDER_COMPILE, Finding, Note, Undecided)
-from .strategies import describe_shapes, grow, growth_plans
+from .strategies import describe_shapes, grow, growth_plans, slice_plan, sliced
 
-GIVEN, GROWN = "given", "grown"
+GIVEN, GROWN, SLICED = "given", "grown", "sliced"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +113,19 @@ CHECKS = (
 )
 
 
+# On an input of strategies.SLICE_FROM elements or more, the checks run whole: where a size can change what the op
+# does (a grid that stops short, a buffer some blocks skip, a path taken past a size), and what every comparison of
+# the op's calls needs (the same call twice). The others run on a slice of the given values (strategies.slice_plan).
+WHOLE = ("the forward", SAME_CALL, "writes in the forward", RANDOM, "writes in the backward")
+
+
 def applies(check, context, options):
     needs = {"reference": context.reference is not None, "function": is_function(context.op.fn),
              "two inputs": len(context.op.inputs) > 1, "two outputs": len(context.outputs) > 1,
              "second order": options.get("second_order", False), "compile": options.get("compile") is not None,
              "custom op": compiled.custom_op_of(context.op.fn) is not None}
-    return context.label in check.sets and all(needs[n] for n in check.needs)
+    label = GIVEN if context.label == SLICED else context.label  # a slice stands for the given inputs
+    return label in check.sets and all(needs[n] for n in check.needs)
 
 
 # What Triton says when it was imported before the backend could switch its interpreter on, on a machine
@@ -228,14 +236,16 @@ def contract_notes(context):
     return [Note("the values' contract", c.describe(context.arg(i)), CONTRACT) for i, c in contracts.items() if c.noted]
 
 
-def run_set(context, options):
-    """Every check that applies to this set of inputs, in order, each on its own."""
-    outcomes, found_by = [], set()
+def run_set(context, options, checks=None, found_by=None, before=()):
+    """Every check that applies to this set of inputs, in order, each on its own (of checks, where given: the
+    others are checked elsewhere). found_by: the checks that found something so far, for this set and any set
+    these inputs stand beside (a slice's); before: what those found."""
+    outcomes, found_by = [], set() if found_by is None else found_by
     for check in CHECKS:
-        if not applies(check, context, options):
+        if not applies(check, context, options) or (checks is not None and check.name not in checks):
             continue
-        if (any(isinstance(o, Finding) and o.trap is CRASHES and LOST in o.evidence for o in outcomes)
-                or any(isinstance(o, Undecided) and o.because == LOST for o in outcomes)):
+        if (any(isinstance(o, Finding) and o.trap is CRASHES and LOST in o.evidence for o in [*before, *outcomes])
+                or any(isinstance(o, Undecided) and o.because == LOST for o in [*before, *outcomes])):
             outcomes.append(Undecided(check.name, f"{LOST} after the op's fault, so this check could not run",
                                       because=LOST))
             continue
@@ -283,6 +293,26 @@ def per_call(outcomes):
                  MADE_PER_CALL)
             if isinstance(o, Finding) and o.trap is KEEPS_STATE and o.check != ONE_GRAPH_TWICE else o
             for o in outcomes]
+
+
+def sliced_context(op, given, reference, plan, options, earlier):
+    """The context of the given values' slice (strategies.sliced), where the op and the reference take it alike:
+    its first forward runs, the reference (where there is one) takes it and agrees with the op's forward as closely
+    as on the whole. None otherwise (a shape the op refuses, or a forward the slice changes): then the whole is
+    checked."""
+    if any(isinstance(o, Finding) and o.trap is CRASHES for o in earlier):
+        return None
+    try:
+        context = Context(op, sliced(given.values, plan), SLICED, reference, given=given, options=options)
+        if reference is not None and context.forward_error > max(FORWARD_WRONG / 10, 4 * (given.forward_error or 0)):
+            return None
+        return context
+    except (OpRaised, OpFaulted, OutOfMemory, UsageError, Unkept):
+        return None
+    except RuntimeError as error:
+        if not out_of_memory(error):
+            raise
+        return None
 
 
 def grown_context(op, given, reference, earlier):
@@ -352,8 +382,21 @@ def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_p
         if not out_of_memory(error):
             raise
         outcomes = []
-    outcomes += run_set(given, options)
     checked = [describe_shapes(op.values)]
+    found_by, sliced_ = set(), None
+    plan, _ = slice_plan(op.values, op.slots, op.varied)
+    if plan is not None and not any(i in op.kept for i in plan):
+        outcomes += run_set(given, options, checks=WHOLE, found_by=found_by)
+        sliced_ = sliced_context(op, given, reference, plan, options, outcomes)
+        rest = [c.name for c in CHECKS if c.name not in WHOLE]
+        if sliced_ is not None:
+            outcomes += run_set(sliced_, options, checks=rest, found_by=found_by, before=outcomes)
+            checked = [f"{checked[0]} (the forward, the same call twice, the writes and a random grad_output), "
+                       f"the rest on a slice of them, {describe_shapes(sliced_.values)}"]
+        else:
+            outcomes += run_set(given, options, checks=rest, found_by=found_by, before=outcomes)
+    else:
+        outcomes += run_set(given, options)
     context = None
     if grow_inputs and not any(isinstance(o, Finding) and o.trap is CRASHES for o in outcomes):
         try:
@@ -375,7 +418,7 @@ def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_p
         if context is not None:
             outcomes += run_set(context, options)
             checked.append(f"grown to {describe_shapes(context.values)}")
-    outcomes = drawn(outcomes, [given] + ([context] if context is not None else []))
+    outcomes = drawn(outcomes, [given] + [c for c in (sliced_, context) if c is not None])
     if made_per_call:
         outcomes = per_call(outcomes)
     try:

@@ -330,6 +330,78 @@ def grow(values, plan):
     return grown
 
 
+# -- slicing a large input ----------------------------------------------------------------
+
+# An input of SLICE_FROM elements or more is checked whole where its size can matter (the forward, a random
+# grad_output, the writes, the same call twice), and on a slice of about SLICED_NUMEL elements for the rest (the
+# layouts, state, fan-in, what backward returns...): the same signature (dtypes, ranks, layouts, the rows whole),
+# fewer leading rows, at a fraction of the cost.
+SLICE_FROM = 1 << 19
+SLICED_NUMEL = 1 << 14
+
+
+def slice_plan(values, slots, varied):
+    """(plan, why not): plan maps each argument to narrow to [(dimension, new size), ...], its leading dimensions
+    shortened (never the largest input's last: its rows stay whole, and every narrowed size keeps at least two), so
+    that the largest input holds about SLICED_NUMEL elements. Every tensor with the same size at the same leading
+    dimension is narrowed alike (a loss's targets with its rows). None where the largest input is smaller than
+    SLICE_FROM, or a size may be read elsewhere: an integer argument or a list of sizes holding it, an integer
+    tensor not narrowed whose values reach the new size (it may index the rows), a list of tensors."""
+    tensors = {i: values[i] for i in varied if isinstance(values[i], torch.Tensor)}
+    if not tensors:
+        return None, "no input may change its shape"
+    largest = max(tensors.values(), key=lambda t: t.numel())
+    if largest.numel() < SLICE_FROM:
+        return None, f"the inputs hold fewer than {SLICE_FROM} elements"
+    if any(holds_tensor(v) for v in values):
+        return None, "an argument is a list of tensors"
+    plan, numel = {}, largest.numel()
+    for d in range(largest.dim() - 1):
+        size = largest.shape[d]
+        rest = numel // size
+        new = max(2, math.ceil(SLICED_NUMEL / rest))
+        if new >= size:
+            continue
+        narrowed = [i for i, v in enumerate(values)
+                    if isinstance(v, torch.Tensor) and v.dim() > d and v.shape[d] == size]
+        for i, v in enumerate(values):
+            if i in narrowed:
+                continue
+            numbers = v if isinstance(v, (tuple, list)) else (v,)
+            if any(isinstance(n, int) and not isinstance(n, bool) and n == size for n in numbers):
+                return None, f"`{slots[i].name}` holds {size}, a size of the inputs"
+            if (isinstance(v, torch.Tensor) and not v.is_floating_point() and not v.is_complex() and v.numel()
+                    and v.dtype != torch.bool and int(v.max()) >= new):
+                return None, (f"`{slots[i].name}` holds values up to {int(v.max())}, which may index a dimension of "
+                              f"{size}")
+        for i in narrowed:
+            plan.setdefault(i, []).append((d, new))
+        numel = rest * new
+        if numel <= 2 * SLICED_NUMEL:
+            break
+    if not plan or numel > SLICE_FROM // 2:
+        return None, "no leading dimension of the inputs can be shortened enough"
+    return plan, ""
+
+
+def holds_tensor(value):
+    return isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value)
+
+
+def sliced(values, plan):
+    """values with each argument of plan narrowed to its first rows, copied (no view keeps the whole alive), in the
+    same order of strides as given (a transposed input stays transposed)."""
+    out = list(values)
+    for i, cuts in plan.items():
+        t = values[i].detach()
+        for d, size in cuts:
+            t = t.narrow(d, 0, size)
+        order = sorted(range(t.dim()), key=lambda k: -t.stride()[k])  # the given layout's order of dimensions
+        packed = t.permute(order).contiguous().permute([order.index(k) for k in range(t.dim())])
+        out[i] = packed.clone() if packed.data_ptr() == t.data_ptr() else packed
+    return out
+
+
 def kept_jittered(t, i, name, base=0, contract=None):
     """jittered(t, ...), for input i: an Unkept says which input it is."""
     try:

@@ -108,7 +108,7 @@ class Context:
         self.options = dict(options or {})  # check_backward's options (second_order, compile)
         self.given = given             # the given inputs' context, where these are grown
         self.earlier = tuple(earlier)  # what the checks found on the given inputs, where these are grown
-        self.base = 0 if label == "given" else 1
+        self.base = {"given": 0, "grown": 1}.get(label, 2)  # each set of inputs draws from streams of its own
         # True appended each time a backward of the op drew from torch's generators (seeded alike every call)
         self.drew = []
         self._typical, self._typical_extents = {}, {}  # by input: see typical() and typical_extent()
@@ -122,10 +122,14 @@ class Context:
 
     @property
     def grown(self):
-        return self.label != "given"
+        return self.label == "grown"
 
     def where(self):
-        return f" (on inputs grown to {describe_shapes(self.values)})" if self.grown else ""
+        if self.grown:
+            return f" (on inputs grown to {describe_shapes(self.values)})"
+        if self.label == "sliced":  # the given values' first rows: the caller's own values, a part of them
+            return f" (on a slice of the inputs, {describe_shapes(self.values)})"
+        return ""
 
     def name(self, i):
         """'input `x`: ' where the op has several inputs, else ''."""

@@ -1,0 +1,127 @@
+"""
+The checker on a slice against the checker on the whole, past the slice's threshold
+===================================================================================
+
+An input of strategies.SLICE_FROM elements or more is checked whole only where its size can matter (the forward,
+the same call twice, the writes, a random grad_output), and on a slice of its first rows for the rest. This runs
+every case of the checker's zoos (tests/checker_zoo.py's legal code, checker_zoo_planted.py's planted bugs, one
+trap or several) with its tensors tiled along their rows past that threshold (each tile its own values, a percent
+apart), and checks each twice: as the checker does, on a slice, and with slicing switched off, on the whole. The
+two must name the same traps. A case whose tensors do not share their rows cannot be tiled so, and is skipped; so
+are cases whose Triton kernels launch a program a row (in the CPU's interpreter, minutes at this size), and, by
+default, every Triton case on the CPU.
+
+    python research/slices_against_whole.py                       # with each case's reference
+    python research/slices_against_whole.py --mode fd             # without one (finite differences)
+    python research/slices_against_whole.py --cases "sign error" --out LOG
+
+At this size a verdict may differ from the zoo's own small one (a bug only small inputs take, or values the tiling
+changes: a permutation's, a square matrix's): what counts is that slice and whole agree.
+
+Exit status: 0 when every case checked named the same traps both ways, 1 otherwise, 2 on a usage error.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "practice"), str(REPO / "tools")]
+import stamp  # noqa: E402
+from backward_checker import BACKEND, check_backward  # noqa: E402  (picks the backend first)
+from backward_check import strategies  # noqa: E402
+
+import torch  # noqa: E402
+from checker_zoo import LEGAL  # noqa: E402
+from checker_zoo_planted import MULTIPLE, PLANTED  # noqa: E402
+
+# Triton cases whose grid is a program a row or a block of a large input: far too slow in the CPU's interpreter.
+TOO_SLOW_INTERPRETED = ("strides from the shape", "the ragged tail dropped")
+
+
+def cases():
+    """{name: (op, args, kwargs, reference, the traps the zoo names at its own size)}."""
+    every = {name: (*case[:4], (case[4],)) for name, case in PLANTED.items()}
+    every.update({name: case for name, case in MULTIPLE.items()})
+    every.update({name: (*case, ()) for name, case in LEGAL.items()})
+    return every
+
+
+def tiled(args):
+    """args with every tensor's rows tiled past SLICE_FROM elements for the largest, or None where the tensors do
+    not share their rows."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    rows = {a.shape[0] for a in tensors if a.dim()}
+    if len(rows) != 1:
+        return None
+    times = -(-strategies.SLICE_FROM // max(a.numel() for a in tensors)) + 1
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.dim():
+            t = a.detach().repeat(times, *([1] * (a.dim() - 1)))
+            if t.is_floating_point():
+                t = t * (1 + 0.01 * torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device))
+            out.append(t.requires_grad_(a.requires_grad))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def uses_triton(op):
+    return "triton" in repr(op).lower() or "triton" in repr(getattr(op, "backward", "")).lower()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("ref", "fd"), default="ref", help="with the reference, or without")
+    parser.add_argument("--cases", nargs="+", default=(), help="only the cases whose names hold one of these")
+    parser.add_argument("--out", type=Path, help="also write everything printed here")
+    options = parser.parse_args()
+    log = [*stamp.lines(), (f"torch {torch.__version__}, {BACKEND}; mode {options.mode}; "
+                            f"slice from {strategies.SLICE_FROM} elements to about {strategies.SLICED_NUMEL}"), ""]
+
+    def say(line):
+        print(line, flush=True)
+        log.append(line)
+    for line in log:
+        print(line)
+    differ = 0
+    for name, (op, args, kwargs, reference, traps) in cases().items():
+        if options.cases and not any(c in name for c in options.cases):
+            continue
+        if any(slow in name for slow in TOO_SLOW_INTERPRETED) or (BACKEND != "cuda" and uses_triton(op)):
+            say(f"skipped (a Triton kernel, too slow here) {name}")
+            continue
+        large = tiled(args)
+        if large is None:
+            say(f"skipped (its tensors do not share their rows) {name}")
+            continue
+        given = reference if options.mode == "ref" else None
+        try:
+            start = time.perf_counter()
+            sliced = check_backward(op, *large, reference=given, **kwargs)
+            middle = time.perf_counter()
+            threshold, strategies.SLICE_FROM = strategies.SLICE_FROM, 1 << 62  # slicing off: every check whole
+            try:
+                whole = check_backward(op, *large, reference=given, **kwargs)
+            finally:
+                strategies.SLICE_FROM = threshold
+            end = time.perf_counter()
+        except Exception as error:  # noqa: BLE001  (a usage error at this size, as the tiling made it)
+            say(f"refused at this size ({type(error).__name__}: {str(error)[:90]}) {name}")
+            continue
+        same = sorted(sliced.traps) == sorted(whole.traps)
+        differ += not same
+        say(f"{'same' if same else 'DIFFER'}  {name}: sliced {sorted(sliced.traps)} ({middle - start:.1f} s, "
+            f"{'on a slice' if 'slice' in sliced.checked else 'not sliced'}), whole {sorted(whole.traps)} "
+            f"({end - middle:.1f} s); the zoo's own size: {sorted(traps)}")
+    say(f"\n{differ} case(s) differ between the slice and the whole")
+    if options.out:
+        options.out.write_text("\n".join(log) + "\n")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
