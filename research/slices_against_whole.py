@@ -8,8 +8,10 @@ every case of the checker's zoos (tests/checker_zoo.py's legal code, checker_zoo
 trap or several) with its tensors tiled along their rows past that threshold (each tile its own values, a percent
 apart), and checks each twice: as the checker does, on a slice, and with slicing switched off, on the whole. The
 two must name the same traps. A case whose tensors do not share their rows cannot be tiled so, and is skipped; so
-are cases whose Triton kernels launch a program a row (in the CPU's interpreter, minutes at this size), and, by
-default, every Triton case on the CPU.
+are cases whose Triton kernels launch a program a row (in the CPU's interpreter, minutes at this size), every
+Triton case on the CPU that says it is one, and any case whose forward alone takes more than --max-forward seconds
+at this size (on the CPU, a Triton kernel the interpreter runs: a check without a reference calls it about 65
+times, twice).
 
     python research/slices_against_whole.py                       # with each case's reference
     python research/slices_against_whole.py --mode fd             # without one (finite differences)
@@ -77,16 +79,21 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("ref", "fd"), default="ref", help="with the reference, or without")
     parser.add_argument("--cases", nargs="+", default=(), help="only the cases whose names hold one of these")
-    parser.add_argument("--out", type=Path, help="also write everything printed here")
+    parser.add_argument("--out", type=Path, help="also write everything printed here, line by line")
+    parser.add_argument("--max-forward", type=float, default=0.25, help="skip a case whose forward takes longer (s)")
     options = parser.parse_args()
     log = [*stamp.lines(), (f"torch {torch.__version__}, {BACKEND}; mode {options.mode}; "
                             f"slice from {strategies.SLICE_FROM} elements to about {strategies.SLICED_NUMEL}"), ""]
 
+    out = options.out.open("w") if options.out else None
+
     def say(line):
         print(line, flush=True)
-        log.append(line)
-    for line in log:
-        print(line)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+    for line in list(log):
+        say(line)
     differ = 0
     for name, (op, args, kwargs, reference, traps) in cases().items():
         if options.cases and not any(c in name for c in options.cases):
@@ -97,6 +104,15 @@ def main():
         large = tiled(args)
         if large is None:
             say(f"skipped (its tensors do not share their rows) {name}")
+            continue
+        started = time.perf_counter()
+        try:
+            with torch.no_grad():
+                op(*large, **kwargs) if not isinstance(op, type) else op.apply(*large, **kwargs)
+        except Exception:  # noqa: BLE001  (the check itself says what the op does with these)
+            pass
+        if time.perf_counter() - started > options.max_forward:
+            say(f"skipped (its forward takes {time.perf_counter() - started:.1f} s at this size) {name}")
             continue
         given = reference if options.mode == "ref" else None
         try:
@@ -118,8 +134,8 @@ def main():
             f"{'on a slice' if 'slice' in sliced.checked else 'not sliced'}), whole {sorted(whole.traps)} "
             f"({end - middle:.1f} s); the zoo's own size: {sorted(traps)}")
     say(f"\n{differ} case(s) differ between the slice and the whole")
-    if options.out:
-        options.out.write_text("\n".join(log) + "\n")
+    if out:
+        out.close()
     return 1 if differ else 0
 
 
