@@ -155,3 +155,66 @@ def test_a_cross_entropy_whose_target_indexes_classes_is_cut_with_its_rows():
     report = check_backward(cross_entropy_rows, logits, target, reference=cross_entropy_rows)
     assert report.clean, report
     assert "on a slice" in report.checked, report.checked
+
+
+# Without a reference, the whole is differenced along fewer random directions (truth.WHOLE_DIRECTIONS: it is checked
+# whole only for what its size can change), and the slice takes the random grad_output again along every direction.
+def test_without_a_reference_the_slice_takes_the_random_grad_output_again_along_every_direction():
+    x = seeded_randn(1 + SLICE_FROM // 1000, 1000, seed=3)
+    report = check_backward(square, x)
+    assert report.clean, report
+    assert "the rest, a random grad_output again among them, on a slice of them, (17, 1000)" in report.checked
+    assert "along 4 random directions of each input on the whole and 12 on the slice" in report.checked, report.checked
+    with_a_reference = check_backward(square, x, reference=lambda t: t * t)
+    assert "grad_output again" not in with_a_reference.checked, with_a_reference.checked  # as strong on the whole
+
+
+WITHOUT_A_REFERENCE = [
+    "sign error",                                          # a wrong formula: the whole names it
+    "a grid of one block",                                 # the backward covers one block of the whole
+    "a row loss scaled by grad_output[0] (Liger-Kernel#584)",  # a uniform grad_output's bug
+    "mul_ on grad_output",                                 # writes, whole
+    "grad_output read with x's layout",                    # the layouts, on the slice
+]
+
+
+@pytest.mark.parametrize("case", WITHOUT_A_REFERENCE)
+def test_without_a_reference_a_planted_bug_is_named_with_its_trap_past_the_slices_threshold(case):
+    op, args, kwargs, _, trap = PLANTED[case]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    rows = -(-SLICE_FROM // (max(t.numel() for t in tensors) // tensors[0].shape[0]))
+    tiled = iter(large(*tensors, rows=rows))
+    args = [next(tiled) if isinstance(a, torch.Tensor) else a for a in args]
+    report = check_backward(op, *args, **kwargs)
+    assert report.traps == [trap], str(report)
+    assert "on a slice" in report.checked, report.checked
+
+
+class WrongInTheMiddle(torch.autograd.Function):
+    """x * x, whose backward is off by half on elements 300,000 to 302,000: past the slice's rows, so only the whole's
+    fewer directions can see it (an index that overflows past a size, say)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, = ctx.saved_tensors
+        grad = 2 * x * grad_output
+        flat = grad.reshape(-1).clone()  # in the elements' own order, whatever the layout
+        flat[300_000:302_000] *= 1.5
+        return flat.reshape(x.shape)
+
+
+def test_without_a_reference_a_wrong_part_past_the_slice_is_named_as_on_the_whole():
+    x = seeded_randn(1 + SLICE_FROM // 1000, 1000, seed=4)
+    sliced = check_backward(WrongInTheMiddle.apply, x)
+    threshold, strategies.SLICE_FROM = strategies.SLICE_FROM, 1 << 62  # slicing off: every check whole
+    try:
+        whole = check_backward(WrongInTheMiddle.apply, x)
+    finally:
+        strategies.SLICE_FROM = threshold
+    assert sliced.traps and sliced.traps == whole.traps, (str(sliced), str(whole))
+    assert "on a slice" in sliced.checked and "slice" not in whole.checked

@@ -287,7 +287,8 @@ def test_a_loss_summed_over_float32_rows_is_differenced_at_a_float32_step(shape,
     the right one is clean and a wrong one named, from one block past the finite-difference budget up."""
     x = seeded_randn(*shape, seed=11).to(dtype)
     right = check_backward(RowsInFloat32, x)
-    assert right.clean and "12 random directions" in right.checked, str(right)
+    # (200, 3000) is past the slice's threshold: four directions on the whole, twelve on its slice
+    assert right.clean and ("12 random directions" in right.checked or "and 12 on the slice" in right.checked), str(right)
     wrong = check_backward(RowsInFloat32TimesOneAndAHalf, x)
     assert wrong.traps == ["a wrong formula"], str(wrong)
 

@@ -22,13 +22,13 @@ from .backend import TOO_LATE
 from .calling import (REFERENCE_CALL, ComplexOutputs, OutOfMemory, UsageError, clip, is_function,
                       out_of_memory)
 from .checks.context import DIFFERENCED, FAULT_WORDS, Context, OpFaulted, OpRaised
-from .checks.truth import FORWARD_WRONG
+from .checks.truth import FORWARD_WRONG, WHOLE_DIRECTIONS, Truth
 from .contracts import Unkept, found, remembered
 from .report import (CONTRACT, COVERS_PART, CRASHES, DRAWS_IN_BACKWARD, EVERY_OUTPUT_USED, IGNORES_GRAD_OUTPUT,
                      KEEPS_STATE, LAID_OUT_LIKE_INPUT, MADE_PER_CALL, CONTIGUOUS_GRAD_OUTPUT, CONTIGUOUS_INPUT,
                      MUTATES_GRAD_OUTPUT, NOT_GROWN, REFUSED, RETURNS_WRONG,
                      SECOND_ORDER, SINGLE_USE, UNIFORM_GRAD_OUTPUT, WRITES, WRONG_FORMULA, WRONG_FORWARD,
-                     WRONG_UNDER_COMPILE, Finding, Note, Undecided)
+                     WRONG_UNDER_COMPILE, Finding, Note, Passed, Undecided)
 from .strategies import describe_shapes, grow, growth_plans, slice_plan, sliced
 
 GIVEN, GROWN, SLICED = "given", "grown", "sliced"
@@ -117,6 +117,9 @@ CHECKS = (
 # does (a grid that stops short, a buffer some blocks skip, a path taken past a size), and what every comparison of
 # the op's calls needs (the same call twice). The others run on a slice of the given values (strategies.slice_plan).
 WHOLE = ("the forward", SAME_CALL, "writes in the forward", RANDOM, "writes in the backward")
+# Without a reference, the whole's finite differences go along fewer random directions (truth.WHOLE_DIRECTIONS), for
+# what its size can change; where they find nothing, these run again on the slice, along every direction.
+AGAIN_ON_A_SLICE = (RANDOM,)
 
 
 def applies(check, context, options):
@@ -372,6 +375,10 @@ def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_p
         if any(t.is_complex() and t.requires_grad for t in given.first.outputs):
             raise ComplexOutputs(f"{op.name} returns complex tensors")
         raise UsageError(f"{op.name} returned no floating-point tensor that carries a gradient")
+    plan, _ = slice_plan(op.values, op.slots, op.varied)
+    slicing = plan is not None and not any(i in op.kept for i in plan)
+    if slicing and reference is None:  # differenced only for what its size can change; the slice, along every direction
+        given.directions = WHOLE_DIRECTIONS
     try:
         given.truth  # noqa: B018  (a broken reference, or finite differences past their budget: the caller's)
     except (OpRaised, OpFaulted, OutOfMemory):
@@ -384,16 +391,22 @@ def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_p
         outcomes = []
     checked = [describe_shapes(op.values)]
     found_by, sliced_ = set(), None
-    plan, _ = slice_plan(op.values, op.slots, op.varied)
-    if plan is not None and not any(i in op.kept for i in plan):
+    if slicing:
         outcomes += run_set(given, options, checks=WHOLE, found_by=found_by)
         sliced_ = sliced_context(op, given, reference, plan, options, outcomes)
         rest = [c.name for c in CHECKS if c.name not in WHOLE]
+        if given.directions is not None:  # the whole went along fewer directions: what passed there, again
+            passed = {o.check for o in outcomes if isinstance(o, Passed)}
+            rest[:0] = [name for name in AGAIN_ON_A_SLICE if name in passed]
         if sliced_ is not None:
             outcomes += run_set(sliced_, options, checks=rest, found_by=found_by, before=outcomes)
+            again = ", a random grad_output again among them," if RANDOM in rest else ""  # (AGAIN_ON_A_SLICE)
             checked = [f"{checked[0]} (the forward, the same call twice, the writes and a random grad_output), "
-                       f"the rest on a slice of them, {describe_shapes(sliced_.values)}"]
+                       f"the rest{again} on a slice of them, {describe_shapes(sliced_.values)}"]
         else:
+            if RANDOM in rest:  # no slice after all: the whole again, along every direction
+                given.directions = None
+                given.__dict__.pop("_truth", None)
             outcomes += run_set(given, options, checks=rest, found_by=found_by, before=outcomes)
     else:
         outcomes += run_set(given, options)
@@ -422,7 +435,9 @@ def run_checks(op, reference, second_order, grow_inputs, compile_backend, made_p
     if made_per_call:
         outcomes = per_call(outcomes)
     try:
-        truth = given.truth.describe()
+        on_slice = (sliced_.truth if sliced_ is not None and given.directions is not None
+                    and isinstance(sliced_.__dict__.get("_truth"), Truth) else None)
+        truth = given.truth.describe(on_slice)
     except (OpRaised, OpFaulted, OutOfMemory, UsageError):
         truth = "the reference, in float64" if reference is not None else "finite differences"
     return outcomes, f"{' and '.join(checked)}; against {truth}"

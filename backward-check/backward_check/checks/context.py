@@ -113,6 +113,9 @@ class Context:
         self.drew = []
         self._typical, self._typical_extents = {}, {}  # by input: see typical() and typical_extent()
         self._last_drawn = (None, [])  # (stream name, its grad_outputs): see randoms()
+        # finite differences' directions by span (truth.DIRECTIONS where None): fewer on a whole whose other checks
+        # are made on a slice (runner.run_checks)
+        self.directions = None
         first = self.run("the forward")
         self.first = first
         self.outputs = [o.detach() for o in first.graded]
@@ -231,7 +234,8 @@ class Context:
         where the op refuses the nudged values finite differences need (each time it is asked)."""
         if "_truth" not in self.__dict__:
             try:
-                truth = Truth(self.op, self.values, self.reference, self.graded_positions, sample=self.grown)
+                truth = Truth(self.op, self.values, self.reference, self.graded_positions, sample=self.grown,
+                              directions=self.directions)
                 error = truth.forward_error(self.first.graded)
                 if error is not None and error <= FORWARD_WRONG:
                     truth.calibrate(error)

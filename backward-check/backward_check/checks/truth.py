@@ -65,6 +65,10 @@ WIDEST_STEP = 0.05
 # (f(x + h u) - f(x - h u)) / 2h, at a cost that grows with the directions, not the elements. Some
 # directions span the whole input, some only its first block, some only its last (ragged) block.
 DIRECTIONS = {"every element": 8, "the first block": 2, "the last block": 2}
+# An input checked whole only for what its size can change, its other checks made on a slice that takes DIRECTIONS
+# again (runner.WHOLE), goes along fewer: a part past a size wrong, a tail or a first block, moves these as far as
+# every direction of DIRECTIONS.
+WHOLE_DIRECTIONS = {"every element": 2, "the first block": 1, "the last block": 1}
 # The directions as the op saw them are held while they take at most this many elements together (a quarter
 # of a GiB in float64), and made again from their streams each time past that.
 KEPT_ELEMENTS = 1 << 25
@@ -549,8 +553,9 @@ class FiniteDifferences:
     """grad_output . J, with J built once by central differences, at two steps: their disagreement
     measures the differences' own noise, and sets the tolerance."""
 
-    def __init__(self, op, values, graded, sample=False, contracts=None):
+    def __init__(self, op, values, graded, sample=False, contracts=None, directions=None):
         self.op, self.values, self.graded = op, values, graded
+        self.direction_counts = DIRECTIONS if directions is None else directions
         self.contracts = contracts if contracts is not None else {i: found(values[i]) for i in op.inputs}
         self.dtype = torch.float64
         try:
@@ -749,14 +754,17 @@ class FiniteDifferences:
             return torch.zeros(0, dtype=torch.float64, device="cpu"), picked
         return torch.cat([flat(o) for o in outs]), picked
 
-    def _either_side(self, i, move):
+    def _either_side(self, i, move, before_call=None):
         """The outputs with input i moved either way, move(t, 1.0) and move(t, -1.0) in place: (up, down, crossed).
+        before_call(plus, minus): shown input i moved either way, before the op can touch them.
         crossed: what the op picked (an integer output) differs from what it picks at the given values on
         either side, so the step crossed the boundary of a selection (a pivot, a top-k between tied values),
         where there is no derivative to difference; such a step is left out, as a kink is."""
         plus, minus = self._copies(self.dtype), self._copies(self.dtype)
         move(plus[i], 1.0)
         move(minus[i], -1.0)
+        if before_call is not None:
+            before_call(plus[i], minus[i])
         (up, up_picked), (down, down_picked) = self._call(plus), self._call(minus)
         return up, down, not (same_picks(up_picked, self.picked) and same_picks(down_picked, self.picked))
 
@@ -865,6 +873,11 @@ class FiniteDifferences:
     def along_directions(self):
         return bool(self.directions)
 
+    def direction_count(self):
+        """How many random directions each input went along, after those at a kink were left out: '12', '10 to 12'."""
+        kept = sorted({len(d.labels) for d in self.directions.values()})
+        return f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
+
     def _directions(self, i):
         """Random directions for input i, each element moved in proportion to its own size (never below the
         input's typical size), drawn one at a time on the input's device when asked for, never held all at
@@ -879,7 +892,7 @@ class FiniteDifferences:
         tail = n - n % BLOCK if n % BLOCK else max(0, n - BLOCK)
         spans = {"every element": (0, n), "the first block": (0, min(n, BLOCK)), "the last block": (tail, n)}
         plan = []
-        for label, count in DIRECTIONS.items() if not self.contracts[i].lattice else ():
+        for label, count in self.direction_counts.items() if not self.contracts[i].lattice else ():
             if label != "every element" and n <= BLOCK:
                 continue
             start, stop = spans[label]
@@ -910,28 +923,44 @@ class FiniteDifferences:
         # row by row and never stacked (elementwise, the same numbers as stacked); and the directions as the op
         # saw them are made while each is in hand, where they are to be held, not drawn again for keep.
         holding = len(directions.plan) * directions.scale.numel() <= KEPT_ELEMENTS
+        # Every difference below is the same arithmetic, in the same order, as written out plainly ((up - down) / 2h,
+        # (up - 2 center + down) / h), done in place: on a large input each new tensor is a fresh allocation.
+        twice_center = 2 * center
         rows, seen, central, doubling, steepest, moved, crossed = {1: [], 2: []}, {}, [], [], 0.0, [], []
         for k in range(len(directions.plan)):
             u = directions.unit(k)
             crossing, gaps = False, {}
             for factor in (1, 2):
                 h = factor * step
+                made = {}  # the shift, made once for both sides: -(h u) is h u negated exactly, x - h u as ever
 
-                def move(t, sign, h=h, u=u):  # this direction's, bound now (called before the next)
-                    t.add_((sign * h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype))
-                up, down, crossed_here = self._either_side(i, move)
+                def move(t, sign, h=h, u=u, made=made):  # this direction's, bound now (called before the next)
+                    if not made:
+                        made["shift"] = (h * u).reshape(t.shape).to(device=t.device, dtype=t.dtype)
+                    if sign > 0:
+                        t.add_(made["shift"])
+                    else:
+                        t.sub_(made["shift"])
+
+                def the_direction_seen(plus, minus, h=h, k=k):  # as moved(): what the op saw of u, at the step
+                    seen[k] = (flat(plus) - flat(minus)).div_(2 * h)
+                held = holding and factor == 1
+                up, down, crossed_here = self._either_side(i, move, the_direction_seen if held else None)
                 crossing |= crossed_here
-                rows[factor].append((up - down) / (2 * h))
-                gaps[factor] = (up - 2 * center + down) / h
+                gap = up - twice_center
+                gaps[factor] = gap.add_(down).div_(h)
+                rows[factor].append(up.sub_(down).div_(2 * h))
+                del up, down, made
             fine_row, coarse_row = rows[1][-1], rows[2][-1]
             if fine_row.numel():
-                steepest = max(steepest, fine_row.abs().nan_to_num(0.0).max().item())
-            central.append((coarse_row - fine_row).abs().nan_to_num(0.0).amax() if fine_row.numel() else None)
-            doubling.append((gaps[2] - 2 * gaps[1]).abs().nan_to_num(0.0).amax() if fine_row.numel() else None)
-            moved.append(bool(((fine_row != 0) | (coarse_row != 0)).any()))
+                steepest = max(steepest, fine_row.abs().nan_to_num_(0.0).max().item())
+                central.append((coarse_row - fine_row).abs_().nan_to_num_(0.0).amax())
+                doubling.append(gaps[2].sub_(gaps[1], alpha=2).abs_().nan_to_num_(0.0).amax())
+            else:
+                central.append(None)
+                doubling.append(None)
+            moved.append(bool(fine_row.any()) or bool(coarse_row.any()))  # a NaN moved, as != 0 says
             crossed.append(crossing)
-            if holding:
-                seen[k] = self.moved(i, u, step)
             del u, gaps
         allowed = 1e-3 * steepest + 8 * (eps * largest + noise) / step
         # A direction along which no output moved at either step says nothing of a derivative below the op's
@@ -1038,33 +1067,37 @@ class Truth:
     """The right gradients for any grad_outputs, at one set of argument values: the reference's, by
     autograd in float64, or finite differences of the op itself."""
 
-    def __init__(self, op, values, reference, graded, sample=False):
+    def __init__(self, op, values, reference, graded, sample=False, directions=None):
         self.op, self.values = op, values
         self.base = [dtype_tolerance(v) for v in values]
         self.contracts = {i: found(values[i]) for i in op.inputs}
         self.source = (Reference(op, values, reference) if reference is not None else
-                       FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts))
+                       FiniteDifferences(op, values, graded, sample=sample, contracts=self.contracts,
+                                         directions=directions))
 
     @property
     def by_reference(self):
         return isinstance(self.source, Reference)
 
-    def describe(self):
-        """Which truth judged the gradients, for the report's last line."""
+    def describe(self, on_slice=None):
+        """Which truth judged the gradients, for the report's last line; on_slice: the Truth of a slice of these
+        values, where one judged a random grad_output again along directions of its own."""
         if self.by_reference:
             return "the reference, in float64" if self.source.dtype == torch.float64 else "the reference"
         if self.source.along_directions:
-            kept = sorted({len(d.labels) for d in self.source.directions.values()})
-            if kept == [0]:
+            count = self.source.direction_count()
+            if count == "0":
                 return "finite differences along random directions, none of which a derivative could be read along"
-            count = f"{kept[0]} to {kept[-1]}" if len(kept) > 1 else f"{kept[0]}"
+            also = ""
+            if on_slice is not None and not on_slice.by_reference and on_slice.source.along_directions:
+                also = f" on the whole and {on_slice.source.direction_count()} on the slice"
             stepped = [i for i in self.op.inputs if i not in self.source.directions]
             if not stepped:
-                return (f"finite differences along {count} random directions of each input (too many elements to "
-                        f"step one by one)")
+                return (f"finite differences along {count} random directions of each input{also} (too many elements "
+                        f"to step one by one)")
             along = ", ".join(f"`{self.op.slots[i].name}`" for i in self.op.inputs if i in self.source.directions)
-            return (f"finite differences along {count} random directions of {along} (too many elements to step one "
-                    f"by one), element by element elsewhere")
+            return (f"finite differences along {count} random directions of {along}{also} (too many elements to step "
+                    f"one by one), element by element elsewhere")
         noisy = [f"{noise:.2g} (relative)" for noise, _ in self.source.noise.values()]
         if noisy:
             return (f"finite differences, stepped wider where the forward moves in steps of its own (its noise "
