@@ -730,3 +730,30 @@ def test_finite_differences_pick_as_the_op_does_in_its_own_dtype():
     x[2] = x[5] = x.max() + 1
     report = check_backward(ScaledByWhereTheLargestIs, x, grow=False)
     assert report.clean and report.decided, str(report)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_each_directions_differences_are_the_plain_formulas_bit_for_bit(dtype):
+    """Along directions the differences are taken in place (truth.FiniteDifferences._directional): every row is
+    (f(x + h u) - f(x - h u)) / 2h at each of the two steps, and each direction as the op saw it is
+    ((x + h u) - (x - h u)) / 2h, in the input's dtype, exactly as the plain formulas give them."""
+    from backward_check.calling import Op, same_layout
+    from backward_check.checks.truth import FiniteDifferences, flat
+    x = (seeded_randn(40, 50, seed=53) + 0.5).to(dtype).t()  # 2,000 elements, transposed: along directions
+    op = Op(torch.nn.functional.softplus, (x,), {})
+    fd = FiniteDifferences(op, op.values, graded=[0])
+    directions = fd.directions[0]
+    assert len(directions.kept) == 12
+    fine, coarse = fd.jacobians[0]
+    for row, k in enumerate(directions.kept):
+        u = directions.unit(k)
+        for factor, rows in ((1, fine), (2, coarse)):
+            h = factor * directions.step
+            shift = (h * u).reshape(x.shape).to(dtype=fd.dtype or x.dtype)
+            plus = same_layout(x.detach(), fd.dtype) + shift
+            minus = same_layout(x.detach(), fd.dtype) - shift
+            with torch.no_grad():
+                plain = (flat(torch.nn.functional.softplus(plus)) - flat(torch.nn.functional.softplus(minus))) / (2 * h)
+            assert torch.equal(rows[row], plain), (k, factor)
+            if factor == 1:
+                assert torch.equal(directions.seen(k), (flat(plus) - flat(minus)) / (2 * directions.step)), k
