@@ -72,6 +72,14 @@ def large(*tensors, rows):
     return out
 
 
+def past_the_threshold(args):
+    """A planted case's arguments, each tensor's rows tiled so that the largest reaches the slice's threshold."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    rows = -(-SLICE_FROM // (max(t.numel() for t in tensors) // tensors[0].shape[0]))
+    tiled = iter(large(*tensors, rows=rows))
+    return [next(tiled) if isinstance(a, torch.Tensor) else a for a in args]
+
+
 def test_a_right_op_at_a_large_size_is_clean_and_checked_on_a_slice():
     x = seeded_randn(1 + SLICE_FROM // 1000, 1000, seed=2)
     report = check_backward(square, x, reference=lambda t: t * t)
@@ -127,11 +135,7 @@ AT_A_LARGE_SIZE = [
 @pytest.mark.parametrize("case", AT_A_LARGE_SIZE)
 def test_a_planted_bug_is_named_with_its_trap_past_the_slices_threshold(case):
     op, args, kwargs, reference, trap = PLANTED[case]
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    rows = -(-SLICE_FROM // (max(t.numel() for t in tensors) // tensors[0].shape[0]))
-    tiled = iter(large(*tensors, rows=rows))
-    args = [next(tiled) if isinstance(a, torch.Tensor) else a for a in args]
-    report = check_backward(op, *args, reference=reference, **kwargs)
+    report = check_backward(op, *past_the_threshold(args), reference=reference, **kwargs)
     assert report.traps == [trap], str(report)
     assert "on a slice" in report.checked, report.checked
 
@@ -181,11 +185,7 @@ WITHOUT_A_REFERENCE = [
 @pytest.mark.parametrize("case", WITHOUT_A_REFERENCE)
 def test_without_a_reference_a_planted_bug_is_named_with_its_trap_past_the_slices_threshold(case):
     op, args, kwargs, _, trap = PLANTED[case]
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    rows = -(-SLICE_FROM // (max(t.numel() for t in tensors) // tensors[0].shape[0]))
-    tiled = iter(large(*tensors, rows=rows))
-    args = [next(tiled) if isinstance(a, torch.Tensor) else a for a in args]
-    report = check_backward(op, *args, **kwargs)
+    report = check_backward(op, *past_the_threshold(args), **kwargs)
     assert report.traps == [trap], str(report)
     assert "on a slice" in report.checked, report.checked
 
