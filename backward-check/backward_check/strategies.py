@@ -71,14 +71,9 @@ def randn(shape, like, name, base=0):
 
 
 def randn_flat(n, device, name, base=0):
-    """n standard normal float64 values from stream name, on device. A draw made on the CPU past CPU_DRAW elements
-    (a large input's finite-difference directions) is made in float32 and widened: the CPU's float64 generator takes
-    six times as long an element, and a direction's values need no more digits than float32's to be random (what
-    the op saw of it is taken from the moved copies). Up to CPU_DRAW elements, and on a GPU, float64 as before."""
+    """n standard normal float64 values from stream name, on device."""
     where = draw_on(n, device)
-    drawn_in = torch.float32 if where.type == "cpu" and n > CPU_DRAW else torch.float64
-    drawn = torch.randn(n, generator=generator(name, base, where), dtype=drawn_in, device=where)
-    return drawn.to(device=device, dtype=torch.float64)
+    return torch.randn(n, generator=generator(name, base, where), dtype=torch.float64, device=where).to(device)
 
 
 def uniform_like(t, value):
