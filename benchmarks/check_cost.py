@@ -624,20 +624,39 @@ def main():
             parser.error(f"--checker {options.checker}: no backward-check/backward_check/ in it")
         use_checker(options.checker.resolve())
     try:
-        sizes = [int(float(s)) for s in (options.sizes or ["1e3", "1e4", "1e5", "1e6"])]
-        device = torch.device(options.device)
+        sizes = []
+        for given in options.sizes or ["1e3", "1e4", "1e5", "1e6"]:
+            try:
+                sizes.append(float(given))
+            except ValueError:
+                raise ValueError(f"--sizes: {given!r} is not a count of elements (as 1e3 or 4096)") from None
+        if not all(1 <= s < math.inf for s in sizes):
+            raise ValueError(f"--sizes: each size is a count of elements, 1 or more, not "
+                             f"{next(s for s in sizes if not 1 <= s < math.inf):g}")
+        sizes = [int(s) for s in sizes]
+        for name, value, least in (("--repeat", options.repeat, 1), ("--top", options.top, 1),
+                                   ("--max-minutes", options.max_minutes, 0),
+                                   ("--breakdown-max", options.breakdown_max, 0)):
+            if not value >= least:
+                raise ValueError(f"{name} must be {least} or more, not {value:g}")
+        try:
+            device = torch.device(options.device)
+        except RuntimeError as error:
+            raise ValueError(f"--device {options.device}: {str(error).splitlines()[0]}") from error
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("no CUDA GPU")
-    except ValueError as error:
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"--device {options.device}: the benchmark times the CPU or a CUDA GPU")
+        if options.out:  # written line by line, so that a run cut short leaves what it measured
+            options.out.parent.mkdir(parents=True, exist_ok=True)
+            options.out.write_text("")
+    except (ValueError, OSError) as error:
         parser.print_usage(sys.stderr)
         print(f"check_cost.py: {error}", file=sys.stderr)
         return 2
     from backward_check import DEVICE, check_backward
     if DEVICE != device:
         print(f"note: the checker puts tensors on {DEVICE}; the op is timed on {device}")
-    if options.out:  # written line by line, so that a run cut short leaves what it measured
-        options.out.parent.mkdir(parents=True, exist_ok=True)
-        options.out.write_text("")
 
     def say(line=""):
         print(line, flush=True)

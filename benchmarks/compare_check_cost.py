@@ -12,7 +12,8 @@ op's own seconds are left out: both checkers time the same op, and its best-of-t
 
     python benchmarks/compare_check_cost.py B1.log A1.log B2.log A2.log [--out LOG]
 
-Exit status: 0 done; 2 a log missing or not check_cost.py's, or the logs not of the same sizes and kinds.
+Exit status: 0 done; 2 a log missing, not check_cost.py's or holding more than one run, the logs not of the same
+sizes, kinds and modes or not of one device, or an --out that cannot be written.
 """
 import argparse
 import math
@@ -23,12 +24,14 @@ from pathlib import Path
 
 KIND = re.compile(r"^(\w+) \(.*\), ([\d,]+) elements in ")
 ROW = re.compile(r"^  (ref|fd|plugin)\s+([\d.]+) s\s+([\d,]+)x the op\s+(.*)$")
+SUMMARY = re.compile(r"^summary on (.*?): ")
 
 
 def seconds_of(path):
-    """{(elements, kind, mode): (seconds, the row's last words)} from a check_cost.py log, and its first line."""
+    """{(elements, kind, mode): (seconds, the row's last words)} from a check_cost.py log, its first line, and the
+    device its summary names (None where it has no summary)."""
     rows, kind, elements = {}, None, None
-    lines = path.read_text().splitlines()
+    lines = path.read_text(errors="replace").splitlines()
     for line in lines:
         found = KIND.match(line)
         if found:
@@ -36,10 +39,15 @@ def seconds_of(path):
             continue
         found = ROW.match(line)
         if found and kind is not None:
-            rows[(elements, kind, found.group(1))] = (float(found.group(2)), found.group(4))
+            key = (elements, kind, found.group(1))
+            if key in rows:  # an A/B's bundle, or logs pasted together: one run's rows only
+                raise ValueError(f"{path}: holds more than one run ({kind} at {elements:,} elements twice); "
+                                 f"give each run's own log")
+            rows[key] = (float(found.group(2)), found.group(4))
     if not rows:
         raise ValueError(f"{path}: no check_cost.py rows in it")
-    return rows, lines[0] if lines else ""
+    device = next((found.group(1) for found in map(SUMMARY.match, lines) if found), None)
+    return rows, lines[0] if lines else "", device
 
 
 def verdict(words):
@@ -55,13 +63,25 @@ def main():
     parser.add_argument("--out", type=Path, help="also write the comparison here")
     options = parser.parse_args()
     try:
-        (b1, b1_head), (a1, a1_head), (b2, _), (a2, _) = (seconds_of(p) for p in options.logs)
+        runs = [seconds_of(p) for p in options.logs]
+        out_file = options.out.open("w") if options.out else None
     except (OSError, ValueError) as error:
         print(f"compare_check_cost.py: {error}", file=sys.stderr)
         return 2
+    (b1, b1_head, _), (a1, a1_head, _), (b2, _, _), (a2, _, _) = runs
+    devices = {device for *_, device in runs}
+    if len(devices) > 1:
+        print(f"compare_check_cost.py: the logs were made on different devices ({'; '.join(map(str, devices))}): "
+              f"an A/B times both checkers on one machine", file=sys.stderr)
+        return 2
     keys = sorted(set(a1) & set(a2) & set(b1) & set(b2))
-    if not keys:
-        print("compare_check_cost.py: the four logs share no size, kind and mode", file=sys.stderr)
+    every = set(a1) | set(a2) | set(b1) | set(b2)
+    if not keys or len(keys) != len(every):
+        apart = sorted(every - set(keys))
+        print("compare_check_cost.py: " + ("the four logs share no size, kind and mode" if not keys else
+              f"the four logs are not of the same sizes, kinds and modes ({len(apart)} row(s) in some logs only, as "
+              f"{apart[0][1]} {apart[0][2]} at {apart[0][0]:,} elements): run check_cost.py with the same options"),
+              file=sys.stderr)
         return 2
     out = [f"B: {b1_head}", f"A: {a1_head}",
            f"logs, in the order they ran: {', '.join(p.name for p in options.logs)}",
@@ -91,8 +111,9 @@ def main():
                    f"{faster} of {len(rows)} rows, slower in {slower}")
     text = "\n".join(out)
     print(text)
-    if options.out:
-        options.out.write_text(text + "\n")
+    if out_file:
+        with out_file:
+            out_file.write(text + "\n")
     return 0
 
 

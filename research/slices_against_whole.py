@@ -22,9 +22,11 @@ calls it about 65 times, twice).
 At this size a verdict may differ from the zoo's own small one (a bug only small inputs take, or values the tiling
 changes: a permutation's, a square matrix's): what counts is that slice and whole agree.
 
-Exit status: 0 when every case checked named the same traps both ways, 1 otherwise, 2 on a usage error.
+Exit status: 0 when every case checked named the same traps both ways, 1 otherwise, 2 on a usage error (--cases
+naming no case, a --max-forward not above 0, an --out that cannot be written) or when no case could be checked here.
 """
 import argparse
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -88,10 +90,21 @@ def main():
     parser.add_argument("--out", type=Path, help="also write everything printed here, line by line")
     parser.add_argument("--max-forward", type=float, default=0.25, help="skip a case whose forward takes longer (s)")
     options = parser.parse_args()
+    if not options.max_forward > 0:
+        parser.error(f"--max-forward must be above 0 seconds, not {options.max_forward:g}")
+    chosen = {name: case for name, case in cases().items()
+              if not options.cases or any(c in name for c in options.cases)}
+    if not chosen:
+        near = sorted({m for c in options.cases for m in difflib.get_close_matches(c, cases(), n=3, cutoff=0.4)})
+        parser.error(f"--cases {' '.join(map(repr, options.cases))} is part of no case's name"
+                     + (f" (near: {'; '.join(near)})" if near else "")
+                     + "; the names are those of tests/checker_zoo.py and tests/checker_zoo_planted.py")
+    try:
+        out = options.out.open("w") if options.out else None
+    except OSError as error:
+        parser.error(f"--out {options.out}: {error.strerror or error}")
     log = [*stamp.lines(), (f"torch {torch.__version__}, {BACKEND}; mode {options.mode}; "
                             f"slice from {strategies.SLICE_FROM} elements to about {strategies.SLICED_NUMEL}"), ""]
-
-    out = options.out.open("w") if options.out else None
 
     def say(line):
         print(line, flush=True)
@@ -100,10 +113,8 @@ def main():
             out.flush()
     for line in list(log):
         say(line)
-    differ = 0
-    for name, (op, args, kwargs, reference, traps) in cases().items():
-        if options.cases and not any(c in name for c in options.cases):
-            continue
+    differ = checked = 0
+    for name, (op, args, kwargs, reference, traps) in chosen.items():
         if any(slow in name for slow in TOO_SLOW_INTERPRETED) or (BACKEND != "cuda" and uses_triton(op)):
             say(f"skipped (a Triton kernel, too slow here) {name}")
             continue
@@ -139,13 +150,17 @@ def main():
             continue
         same = sorted(sliced.traps) == sorted(whole.traps)
         differ += not same
+        checked += 1
         say(f"{'same' if same else 'DIFFER'}  {name}: sliced {sorted(sliced.traps)} ({middle - start:.1f} s, "
             f"{'on a slice' if 'slice' in sliced.checked else 'not sliced'}), whole {sorted(whole.traps)} "
             f"({end - middle:.1f} s); the zoo's own size: {sorted(traps)}")
-    say(f"\n{differ} case(s) differ between the slice and the whole")
+    if not checked:
+        say(f"\nno case was checked: each of the {len(chosen)} chosen was skipped or refused here")
+    else:
+        say(f"\n{differ} case(s) of {checked} checked differ between the slice and the whole")
     if out:
         out.close()
-    return 1 if differ else 0
+    return 2 if not checked else 1 if differ else 0
 
 
 if __name__ == "__main__":

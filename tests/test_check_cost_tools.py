@@ -48,6 +48,38 @@ def test_a_log_that_is_not_the_benchmarks_is_refused_with_a_message(tmp_path):
     assert done.returncode == 2 and "compare_check_cost.py:" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_logs_that_cannot_be_compared_are_refused_with_a_message(tmp_path):
+    """Four logs of other sizes, of two devices, or a bundle of several runs: exit 2, one line, no ratios."""
+    same = {(1000, "ref"): 0.1, (100_000, "ref"): 1.0}
+    b1, a1, b2 = (cost_log(tmp_path / f"{name}.log", same) for name in ("b1", "a1", "b2"))
+    fewer = cost_log(tmp_path / "fewer.log", {(1000, "ref"): 0.1})
+    twice = tmp_path / "twice.log"
+    twice.write_text(b1.read_text() + b1.read_text())
+    on = {}
+    for device in ("cpu (CPU x86_64)", "cuda (NVIDIA H100 80GB HBM3)"):
+        on[device] = tmp_path / f"{device[:4]}.log"
+        on[device].write_text(b1.read_text() + f"summary on {device}: check seconds / the op's forward+backward\n")
+    cpu, cuda = on.values()
+    for logs, words in (((b1, a1, b2, fewer), "not of the same sizes, kinds and modes"),
+                        ((b1, a1, b2, twice), "holds more than one run"),
+                        ((cpu, cuda, cpu, cuda), "different devices"),
+                        ((b1, a1, b2, b1, "--out", tmp_path), "Is a directory")):
+        done = run("compare_check_cost.py", *logs)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "B / A median" not in done.stdout
+    assert run("compare_check_cost.py", cpu, cpu, cpu, cpu).returncode == 0
+
+
+def test_check_cost_refuses_bad_arguments_before_any_work(tmp_path):
+    """A size below one element, no timings of the op, a device it cannot time, an --out it cannot write: exit 2
+    with one line, before any check (no ratio printed, no log written)."""
+    for args, words in ((("--sizes", "0"), "1 or more, not 0"), (("--sizes", "1e3", "--repeat", "0"), "--repeat"),
+                        (("--device", "meta"), "the CPU or a CUDA GPU"), (("--out", tmp_path), "Is a directory")):
+        done = run("check_cost.py", *args)
+        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr and "x the op" not in done.stdout
+
+
 def test_check_cost_times_another_trees_checker_and_says_so(tmp_path):
     done = run("check_cost.py", "--checker", tmp_path, "--sizes", "1e3", "--kinds", "mse", "--no-plugin")
     assert done.returncode == 2 and "no backward-check/backward_check/ in it" in done.stderr, done.stderr

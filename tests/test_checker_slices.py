@@ -218,3 +218,19 @@ def test_without_a_reference_a_wrong_part_past_the_slice_is_named_as_on_the_whol
         strategies.SLICE_FROM = threshold
     assert sliced.traps and sliced.traps == whole.traps, (str(sliced), str(whole))
     assert "on a slice" in sliced.checked and "slice" not in whole.checked
+
+
+def test_the_slice_against_whole_tool_refuses_a_selection_that_checks_nothing(tmp_path):
+    """research/slices_against_whole.py: --cases naming no case (a typo of the docstring's own example), a
+    --max-forward that skips every case, an --out that cannot be written: exit 2 with one line, never '0 case(s)
+    differ', which would read as every case agreeing."""
+    import subprocess
+    tool = REPO / "research" / "slices_against_whole.py"
+    for args, words in ((("--cases", "sign eror"), "is part of no case's name (near: "),
+                        (("--max-forward", "-1"), "--max-forward must be above 0"),
+                        (("--out", tmp_path), "Is a directory")):
+        done = subprocess.run([sys.executable, str(tool), *map(str, args)], capture_output=True, text=True,
+                              cwd=REPO, timeout=300)
+        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr and "differ" not in done.stdout
+        assert args[0] != "--cases" or "sign error" in done.stderr  # the name meant, offered
