@@ -148,6 +148,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--log", type=Path, help="also write the table, with the tree and versions, here")
     args = parser.parse_args(argv)
+    if args.log:  # refused now, not after the run
+        try:
+            args.log.open("a").close()
+        except OSError as error:
+            parser.error(f"--log {args.log}: {error.strerror or error}")
     ops = custom_ops()
     rows, misses = [], 0
     without_reference = {case: (op, a, k, None) for case, (op, a, k) in LEGAL_WITHOUT_REFERENCE.items()}

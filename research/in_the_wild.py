@@ -449,7 +449,7 @@ def short_gradcheck(reading):
 
 
 def table(heads, rows):
-    widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(len(heads))]
+    widths = [max([len(heads[i]), *(len(r[i]) for r in rows)]) for i in range(len(heads))]
     lines = [" | ".join(h.ljust(w) for h, w in zip(heads, widths)), "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
@@ -574,6 +574,13 @@ def main(argv=None):
         return 0
     if args.jobs < 1 or args.timeout < 1:
         parser.error("--jobs and --timeout take a positive number")
+    if args.sweep_only and args.case:
+        parser.error("--sweep-only runs no case: give --case without it, or --sweep to run both")
+    if args.case and not any(c.name in args.case for name, m in MODULES.items()
+                             if not args.library or name in args.library for c in m.CASES):
+        parser.error(f"--case {' '.join(args.case)}: no such case" + (f" in {', '.join(args.library)}"
+                                                                       if args.library else "")
+                     + " (--list lists them)")
     if args.list:
         print_cases()
         return 0

@@ -757,3 +757,13 @@ def test_each_directions_differences_are_the_plain_formulas_bit_for_bit(dtype):
             assert torch.equal(rows[row], plain), (k, factor)
             if factor == 1:
                 assert torch.equal(directions.seen(k), (flat(plus) - flat(minus)) / (2 * directions.step)), k
+
+
+def test_the_batch_norm_probe_refuses_a_device_it_cannot_use(capsys):
+    """research/wild/torch_batch_norm.py --device meta (no values), or one torch does not know: exit 2, one line."""
+    sys.path.insert(0, str(REPO / "research" / "wild"))
+    import torch_batch_norm
+    for device in ("meta", "no-such-device"):
+        with pytest.raises(SystemExit) as done:
+            torch_batch_norm.main(["--device", device])
+        assert done.value.code == 2 and f"--device {device}:" in capsys.readouterr().err

@@ -76,3 +76,11 @@ def test_download_without_a_clone_says_which_to_make(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert "git clone https://github.com/deep-spin/entmax" in done.stderr
+
+
+def test_a_timeout_below_one_second_is_refused(capsys, tmp_path):
+    """--timeout 0 would end every run at once and leave a table of no rows: refused, exit 2, one line."""
+    import pytest
+    with pytest.raises(SystemExit) as done:  # a log of its own: the tool before this rule ran, and wrote its log
+        cpu_suites.main(["--run", str(tmp_path), "--timeout", "0", "--log", str(tmp_path / "run.log")])
+    assert done.value.code == 2 and "--timeout" in capsys.readouterr().err

@@ -400,6 +400,8 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one run may take (default 1800)")
     parser.add_argument("--log", type=Path, default=DEFAULT_LOG, help="the log (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.timeout < 1:
+        parser.error(f"--timeout is the seconds one run may take, 1 or more, not {args.timeout}")
     if args.list:
         print_suites()
         return 0

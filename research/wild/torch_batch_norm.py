@@ -12,7 +12,8 @@ takes a path that reads it by its strides, and is right. Training and evaluation
 prints how far the input's gradient is from the one for a contiguous weight of the same values (its largest
 difference, and relative to the gradient's norm), for the strided weight and for the same made contiguous, and
 exits 0 where the first is far off and the second is not (the bug as documented), 1 where it is not (a PyTorch,
-or a device, that reads the weight by its strides). Plain torch: no checker."""
+or a device, that reads the weight by its strides), 2 for a --device this machine cannot use. Plain torch: no
+checker."""
 import argparse
 import sys
 
@@ -36,6 +37,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
     device = parser.parse_args(argv).device
+    try:
+        if torch.device(device).type == "meta":
+            raise RuntimeError("a meta tensor holds no values to compare")
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as error:  # a device torch does not know, or one this machine lacks
+        parser.error(f"--device {device}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
     torch.manual_seed(0)
     n, c = 8, 4
     x, grad_output = torch.randn(n, c, device=device), torch.randn(n, c, device=device)
