@@ -129,6 +129,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch < 1:
         parser.error("--steps and --batch must be at least 1")
+    # The plot's path, refused now rather than after training: a PNG, in a folder that is (or can be) a folder.
+    if Path(args.plot).suffix.lower() != ".png" or Path(args.plot).is_dir():
+        parser.error(f"--plot {args.plot}: give a file name ending in .png")
+    if any(parent.exists() and not parent.is_dir() for parent in Path(args.plot).parents):
+        parser.error(f"--plot {args.plot}: {next(p for p in Path(args.plot).parents if p.exists() and not p.is_dir())}"
+                     f" is a file, not a folder")
     print(BACKEND, file=sys.stderr)
     if args.compile and DEVICE.type != "cuda":
         parser.error("--compile needs a GPU: torch.compile cannot compile the Triton interpreter's kernels")

@@ -193,10 +193,14 @@ def compare(question_number, prediction):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    usage = "usage: python practice/self_check.py [--predict] [1-5 ...]"
+    if {"-h", "--help"} & set(argv):
+        print(usage)
+        return 0
     predict = "--predict" in argv
     numbers = [a for a in argv if a != "--predict"]
-    if not all(a.isdigit() and 1 <= int(a) <= 5 for a in numbers):
-        print("usage: python practice/self_check.py [--predict] [1-5 ...]", file=sys.stderr)
+    if not all(a in ("1", "2", "3", "4", "5") for a in numbers):  # not isdigit(): '²' is a digit int() refuses
+        print(usage, file=sys.stderr)
         return 2
     chosen = [int(a) for a in numbers] or list(range(1, 6))
     answered = matched = 0

@@ -159,6 +159,14 @@ PREDICTIONS = {  # a right and a wrong prediction for each question
 }
 
 
+@pytest.mark.parametrize("args", [["6"], ["\u00b2"], ["x"], ["--predict", "0"]])
+def test_self_check_refuses_a_question_it_has_not_with_its_usage(args, capsys):
+    """Only 1 to 5 are questions ('\u00b2' is a digit to str.isdigit, and int() refuses it): exit 2, the usage line."""
+    assert self_check.main(args) == 2
+    assert capsys.readouterr().err.startswith("usage: python practice/self_check.py")
+    assert self_check.main(["--help"]) == 0 and capsys.readouterr().out.startswith("usage:")
+
+
 @pytest.mark.parametrize("number", sorted(PREDICTIONS))
 def test_a_prediction_is_compared_forgivingly(number):
     right, wrong = PREDICTIONS[number]

@@ -105,7 +105,9 @@ def test_train_mlp_prints_the_loss_table_and_writes_the_plot(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0"], "--steps and --batch must be at least 1"),
     (["--compile"], "--compile needs a GPU"),
-], ids=["no-steps", "compile-without-gpu"])
+    (["--plot", "extras"], "give a file name ending in .png"),              # a folder: matplotlib wrote extras.png
+    (["--plot", "README.md/loss.png"], "README.md is a file, not a folder"),  # refused before training, not after
+], ids=["no-steps", "compile-without-gpu", "plot-a-folder", "plot-under-a-file"])
 def test_train_mlp_refuses_bad_options(args, message):
     if ON_GPU and "--compile" in args:
         pytest.skip("a GPU is visible: --compile is allowed")
