@@ -54,8 +54,11 @@ def parse_args():
     unknown = [d for d in args.dtypes.split(",") if d not in DTYPES]
     if unknown:
         parser.error(f"unknown dtype(s) {unknown}; choose from {list(DTYPES)}")
-    if not args.script.is_file():
-        parser.error(f"no such script: {args.script}")
+    if not args.script.is_file() or args.script.suffix != ".py":
+        parser.error(f"--script {args.script}: {'not a .py file' if args.script.is_file() else 'no such file'} (give "
+                     f"hardened_ops.py, or one of the four scripts)")
+    if args.block is not None and (args.block < 1 or args.block & (args.block - 1)):
+        parser.error(f"--block {args.block}: a program's elements are a power of two (tl.arange needs one)")
     return args
 
 

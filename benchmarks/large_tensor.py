@@ -29,6 +29,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--script", type=Path, default=REPO / "hardened_ops.py")
     args = parser.parse_args()
+    if not args.script.is_file() or args.script.suffix != ".py":
+        parser.error(f"--script {args.script}: {'not a .py file' if args.script.is_file() else 'no such file'} (give "
+                     f"hardened_ops.py, or one of the four scripts)")
     if not torch.cuda.is_available():
         sys.exit("large_tensor.py needs a CUDA GPU")
     spec = importlib.util.spec_from_file_location("large_tensor_script", args.script)

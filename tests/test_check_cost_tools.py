@@ -1,5 +1,6 @@
 """The cost benchmark's A/B tools: check_cost.py --checker times another tree's checker and says so, and
-compare_check_cost.py sets four runs side by side, counting a difference only beyond the runs' own A/A."""
+compare_check_cost.py sets four runs side by side, counting a difference only beyond the runs' own A/A. And the
+benchmarks refuse arguments they cannot honour, with one line, before any work."""
 import os
 import shutil
 import subprocess
@@ -124,3 +125,15 @@ def test_the_other_checker_named_in_the_environment_is_the_one_the_header_names(
                           env={**os.environ, "CHECK_COST_OTHER_CHECKER": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"the checker timed is not this tree's but the one in {tmp_path.name}/ (--checker)" in log.read_text()
+
+
+def test_the_kernel_benchmarks_refuse_a_script_or_block_they_cannot_time(tmp_path):
+    """gelu_bandwidth.py and large_tensor.py load the kernels of the script named: a file that is not Python, or
+    a block that is no power of two (tl.arange refuses one; the interpreter returned wrong numbers at -3), exit 2
+    with one line, before the GPU is asked for."""
+    for script, args, words in (("gelu_bandwidth.py", ("--block", "1000"), "a power of two"),
+                                ("gelu_bandwidth.py", ("--script", REPO / "README.md"), "not a .py file"),
+                                ("large_tensor.py", ("--script", tmp_path / "absent.py"), "no such file")):
+        done = run(script, *args)
+        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
