@@ -58,9 +58,10 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"unknown mode(s) {unknown}: choose from {', '.join(MODES)}")
     try:
-        [int(v) for v in args.log2.split(",")]
+        if min(int(v) for v in args.log2.split(",")) < 0:
+            raise ValueError
     except ValueError:
-        parser.error(f"--log2 takes comma-separated whole numbers, not {args.log2!r}")
+        parser.error(f"--log2 takes comma-separated whole numbers, 0 or more, not {args.log2!r}")
     if args.rounds < 1 or args.target_ms <= 0:
         parser.error("--rounds must be at least 1 and --target-ms above 0")
     if args.dry_run:
@@ -68,6 +69,10 @@ def parse_args(argv=None):
         args.out = args.out or Path(tempfile.mkdtemp(prefix="call_cost_dry_run_"))
     args.label = args.label or "gpu"
     args.out = args.out or REPO / "benchmarks" / "results"
+    if not args.label or Path(args.label).name != args.label:
+        parser.error(f"--label {args.label!r}: a name for the files, without a folder in it (--out is the folder)")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: a file, not a folder")
     return args
 
 

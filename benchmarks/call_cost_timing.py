@@ -184,8 +184,13 @@ def parse_mode_args(mode, description, argv=None):
     args = parser.parse_args(argv)
     try:
         args.sizes = [2 ** int(v) for v in args.log2.split(",")]
+        if min(args.sizes) < 1:
+            raise ValueError
     except ValueError:
-        parser.error(f"--log2 takes comma-separated whole numbers, not {args.log2!r}")
+        parser.error(f"--log2 takes comma-separated whole numbers, 0 or more, not {args.log2!r}")
+    if args.rows is not None and (args.rows.is_dir() or any(p.exists() and not p.is_dir() for p in args.rows.parents)):
+        where = "a folder" if args.rows.is_dir() else "under a file"
+        parser.error(f"--rows {args.rows}: a CSV file's name, in a folder (this is {where})")
     if args.rounds < 1 or args.target_ms <= 0:
         parser.error("--rounds must be at least 1 and --target-ms above 0")
     if args.dry_run:

@@ -30,7 +30,11 @@ def test_without_a_gpu_it_says_so_and_exits_2(script):
 
 
 @pytest.mark.parametrize("script, args", [("call_cost.py", ["--modes", "eager,bogus"]), ("call_cost.py", ["--log2", "ten"]),
-                                          ("call_cost.py", ["--rounds", "0"]), ("call_cost_eager.py", ["--log2", "ten"])])
+                                          ("call_cost.py", ["--rounds", "0"]), ("call_cost_eager.py", ["--log2", "ten"]),
+                                          ("call_cost.py", ["--log2", "-3"]), ("call_cost_eager.py", ["--log2", "-3"]),
+                                          ("call_cost.py", ["--dry-run", "--label", "a/b"]),      # a folder in a name
+                                          ("call_cost.py", ["--dry-run", "--out", "README.md"]),  # a file, not a folder
+                                          ("call_cost_eager.py", ["--dry-run", "--rows", "docs"])])  # refused before the run
 def test_bad_arguments_are_refused_in_one_line(script, args):
     result = run(script, *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "error:" in result.stderr
