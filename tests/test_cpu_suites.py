@@ -84,3 +84,16 @@ def test_a_timeout_below_one_second_is_refused(capsys, tmp_path):
     with pytest.raises(SystemExit) as done:  # a log of its own: the tool before this rule ran, and wrote its log
         cpu_suites.main(["--run", str(tmp_path), "--timeout", "0", "--log", str(tmp_path / "run.log")])
     assert done.value.code == 2 and "--timeout" in capsys.readouterr().err
+
+
+def test_a_probe_without_its_library_exits_2_not_1():
+    """Exit 1 from a probe reads as a finding: a library that is not importable is a usage error, said in one line."""
+    import importlib.util
+    import pytest
+    probe = next(name for name in cpu_suites.PROBES if name.startswith("torchdiffeq"))
+    if importlib.util.find_spec("torchdiffeq") is not None:
+        pytest.skip("torchdiffeq is importable here")
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "cpu_probes.py"), probe],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 2 and "torchdiffeq is not importable" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

@@ -15,13 +15,20 @@ reads that from the suite's calls). Beside each, gradcheck on the same call; and
 conjugate planted in its backward (the complex bug the convention catches), which the checker must name "a wrong
 formula".
 
-Exit status: 0 where every real Function is clean and every planted one named; 1 otherwise.
+Exit status: 0 where every real Function is clean and every planted one named; 1 otherwise; 2 where
+torchkbnufft cannot be imported.
 """
 import sys
 import time
 
 import torch
-import torchkbnufft as tkbn
+
+try:
+    import torchkbnufft as tkbn
+except ModuleNotFoundError:  # exit 1 is a verdict here: a missing library is no verdict
+    print("complex_nufft.py: torchkbnufft is not importable: put its release on PYTHONPATH "
+          "(research/wild/cpu_suites.py --download fetches it)", file=sys.stderr)
+    sys.exit(2)
 from torchkbnufft._autograd.interp import KbTableInterpAdjoint, KbTableInterpForward
 
 from backward_check import check_backward

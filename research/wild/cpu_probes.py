@@ -421,7 +421,12 @@ def main(argv):
     if len(argv) != 1 or argv[0] not in PROBES:
         print(f"usage: cpu_probes.py NAME, NAME one of {', '.join(PROBES)}", file=sys.stderr)
         return 2
-    kind, evidence = PROBES[argv[0]]()
+    try:
+        kind, evidence = PROBES[argv[0]]()
+    except ModuleNotFoundError as error:  # the library under probe: exit 1 would read as a finding
+        print(f"cpu_probes.py: {error.name} is not importable: put the suite's release on PYTHONPATH "
+              f"(research/wild/cpu_suites.py --run does)", file=sys.stderr)
+        return 2
     print(PROBE_MARK + json.dumps(dict(kind=kind, evidence=evidence)), flush=True)
     return 0
 

@@ -65,6 +65,11 @@ def main():
     if options.child:
         probe(Path(options.child))
         return 0
+    if options.log:  # refused now, not after the probes' minutes
+        try:
+            options.log.open("a").close()
+        except OSError as error:
+            parser.error(f"--log {options.log}: {error.strerror or error}")
     sites = {v: REPO / ".wild-suites" / f"liger-kernel-{v}" / "site" for v in RELEASES}
     missing = [str(s.relative_to(REPO)) for s in sites.values() if not s.is_dir()]
     if missing:
