@@ -61,8 +61,8 @@ def main():
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     if world < 1:
         sys.exit("run it with torchrun, e.g. torchrun --standalone --nproc_per_node 2 extras/train_ddp.py")
-    if args.steps < 1 or args.global_batch % world:
-        parser.error(f"--steps must be at least 1 and --global-batch a multiple of the {world} ranks")
+    if args.steps < 1 or args.global_batch < world or args.global_batch % world:  # 0 rows a rank: a NaN loss
+        parser.error(f"--steps must be at least 1 and --global-batch a positive multiple of the {world} ranks")
 
     if train_mlp.DEVICE.type == "cuda":
         if torch.cuda.device_count() < local_world:

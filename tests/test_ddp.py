@@ -40,3 +40,13 @@ def test_more_ranks_than_gpus_is_refused_with_a_reason():
     result = torchrun()
     assert result.returncode != 0
     assert "2 ranks on this machine need 2 GPUs, one a rank; 1 visible" in result.stderr
+
+
+def test_a_global_batch_of_fewer_rows_than_ranks_is_refused():
+    """--global-batch 0 is a multiple of any rank count, and gave each rank no rows: NaN losses, and 'matches one
+    process? False', a wrong answer rather than an error. Refused on each rank before the process group starts."""
+    environment = checker_environment(WORLD_SIZE="2", LOCAL_RANK="0", TRITON_INTERPRET="1")
+    environment.pop("PYTHON", None)
+    result = subprocess.run([sys.executable, str(REPO / "extras/train_ddp.py"), "--global-batch", "0"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO, env=environment)
+    assert result.returncode == 2 and "a positive multiple of the 2 ranks" in result.stderr, result.stderr[-2000:]
