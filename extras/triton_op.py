@@ -303,6 +303,13 @@ def opcheck_all():
 
 
 if __name__ == "__main__":
+    # No options: --help says what it runs; anything else is refused rather than ignored.
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__.strip().split("\n\n", 1)[1].split("\n\nThe kernels,")[0])
+        sys.exit(0)
+    if sys.argv[1:]:
+        print(f"usage: python extras/triton_op.py (no options; {' '.join(sys.argv[1:])!r} given)", file=sys.stderr)
+        sys.exit(2)
     print(BACKEND, file=sys.stderr)
     chapter_facts()
     results = [full_graph_compile(), export_each(), opcheck_all()]

@@ -279,6 +279,17 @@ def test_torch_export_keeps_the_operator_in_the_graph():
 
 
 @requires_triton_op
+def test_triton_op_script_answers_help_and_refuses_an_option():
+    """It takes no options: --help says what it shows, and anything else is refused, not ignored (it was: the whole
+    demo ran and exited 0)."""
+    script = str(REPO / "extras/triton_op.py")
+    shown = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert shown.returncode == 0 and "torch.library.triton_op" in shown.stdout, shown.stderr[-2000:]
+    refused = subprocess.run([sys.executable, script, "--bogus"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert refused.returncode == 2 and "no options" in refused.stderr and refused.stdout == ""
+
+
+@requires_triton_op
 def test_triton_op_script_runs_end_to_end():
     result = subprocess.run([sys.executable, str(REPO / "extras/triton_op.py")], capture_output=True, text=True,
                             timeout=600, cwd=REPO)
