@@ -5,7 +5,8 @@
 #
 # Usage: tools/uv_run_check.sh            (UV: the uv to use, default: uv on PATH, else .venv's)
 # It downloads the pinned torch (a CUDA build on Linux, several GB) into a temporary cache,
-# removed at the end. Exit code: 0 when both runs printed the expected output, 1 otherwise.
+# removed at the end. Exit code: 0 when both runs printed the expected output, 1 otherwise, 2 for an
+# argument (it takes none; -h and --help print this) or a uv that does not run.
 set -uo pipefail
 
 work=""  # the temporary folder, removed on exit
@@ -13,7 +14,16 @@ work=""  # the temporary folder, removed on exit
 main() {
   local repo uv status=0 run
   repo=$(cd "$(dirname "$0")/.." && pwd)
+  case "${1-}" in
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; return 0 ;;
+    "") ;;
+    *) echo "uv_run_check.sh: takes no arguments, not '$*' (tools/uv_run_check.sh --help)" >&2; return 2 ;;
+  esac
   uv=${UV:-$(command -v uv || echo "$repo/.venv/bin/uv")}
+  if ! "$uv" --version >/dev/null 2>&1; then  # before the download, not after it, as a wrong output
+    echo "uv_run_check.sh: no uv runs as $uv (install uv, or name one in UV)" >&2
+    return 2
+  fi
   work=$(mktemp -d)
   trap '[ -z "$work" ] || rm -rf "$work"' EXIT
   mkdir "$work/empty" "$work/cache"
