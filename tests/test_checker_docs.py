@@ -21,3 +21,11 @@ def test_every_check_names_known_traps_and_every_trap_a_check():
     assert named <= set(ALL_TRAPS)
     assert set(ALL_TRAPS) - named <= {CRASHES}, "a trap no check can report"
     assert len({c.name for c in CHECKS}) == len(CHECKS)
+
+
+def test_a_mistyped_write_is_refused_not_ignored():
+    """`checker_docs.py --wirte` printed the block and wrote nothing, exit 0: now exit 2 with its usage."""
+    import subprocess
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "checker_docs.py"), "--wirte"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("usage:") and done.stdout == "", done.stderr

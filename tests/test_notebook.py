@@ -36,6 +36,15 @@ def test_the_generator_notices_a_hand_edit(tmp_path):
     assert build_notebook.main(["--check", "--output", str(copy)]) == 1
 
 
+
+def test_the_check_of_a_file_that_is_no_notebook_exits_2_with_one_line(tmp_path, capsys):
+    """--check against a missing file, or one that is not a notebook: exit 2 and one line, not a traceback."""
+    (tmp_path / "text.ipynb").write_text("not a notebook\n")
+    for output in (tmp_path / "absent.ipynb", tmp_path / "text.ipynb"):
+        assert build_notebook.main(["--check", "--output", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert "no notebook to compare" in err and len(err.splitlines()) == 1, err
+
 def test_the_code_cells_are_the_scripts_verbatim():
     notebook = json.loads(NOTEBOOK.read_text())
     code = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code")

@@ -16,7 +16,7 @@ so tests/test_notebook.py can prove the committed notebook is what this makes, a
 tests/test_drift.py checks its kernels with every other copy.
 
     python tools/build_notebook.py            # (re)writes notebooks/chapter17.ipynb, without outputs
-    python tools/build_notebook.py --check    # exit 1 if the committed notebook's cells differ
+    python tools/build_notebook.py --check    # exit 1 if the committed notebook's cells differ, 2 if it is none
 
 The committed notebook carries the outputs of an H200 run (tools/run_notebook.py);
 --check compares cell sources only, so those outputs do not count as differences.
@@ -380,7 +380,13 @@ def main(argv=None):
 def write_or_check(notebook, output, check, generator, after_regenerating=""):
     """Writes notebook to output; or, with check, exit status 1 if output's cells differ from it."""
     if check:
-        if sources(json.loads(output.read_text())) != sources(notebook):
+        try:
+            committed = sources(json.loads(output.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as error:  # missing, not JSON, or not a notebook
+            print(f"{generator}: --check {output}: no notebook to compare ({type(error).__name__}: "
+                  f"{str(error).splitlines()[0] if str(error) else 'unreadable'})", file=sys.stderr)
+            return 2
+        if committed != sources(notebook):
             print(f"{output} differs from what {generator} makes: regenerate it (python {generator})"
                   + (f", {after_regenerating}" if after_regenerating else ""), file=sys.stderr)
             return 1

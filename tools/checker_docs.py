@@ -9,7 +9,7 @@ when the page's copy differs from what this prints.
     python tools/checker_docs.py            # the Markdown, between the page's markers
     python tools/checker_docs.py --write    # and put it into docs/practice.md
 
-Exit status: 0; 1 when --write finds no markers in the page.
+Exit status: 0; 1 when --write finds no markers in the page; 2 for any other argument.
 """
 import sys
 from pathlib import Path
@@ -50,6 +50,9 @@ def page_with(text, block):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] not in ([], ["--write"]):  # a mistyped --write wrote nothing, and said nothing of it
+        print(f"usage: python tools/checker_docs.py [--write] ({' '.join(sys.argv[1:])!r} given)", file=sys.stderr)
+        sys.exit(2)
     block = markdown()
     if sys.argv[1:] == ["--write"]:
         updated = page_with(PAGE.read_text(), block)
