@@ -375,6 +375,20 @@ def test_the_usage_error_names_the_releases_the_version_matrix_runs():
     assert Recorder.TESTED_TORCH == f"{minor(matrix.RELEASES[0])} to {minor(matrix.RELEASES[-1])}"
 
 
+
+def test_the_version_matrix_refuses_what_it_cannot_use_before_building_a_venv(tmp_path):
+    """A Python that does not run, or a --results file that is missing or not its JSON lines: exit 2 with one line,
+    before the minutes a venv takes (a traceback before), and the page left as it was."""
+    tool = str(REPO / "tools" / "version_matrix.py")
+    table = tmp_path / "table.md"
+    for args, words in ((["--python", str(tmp_path / "no-python"), "--torch", "2.4.1"], "no such Python"),
+                        (["--render", "--results", str(tmp_path / "absent.jsonl")], "no such file"),
+                        (["--render", "--results", str(REPO / "README.md")], "not the JSON lines")):
+        done = subprocess.run([sys.executable, tool, *args, "--table", str(table)], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr and not table.exists()
+
 def test_the_example_test_file_passes_with_the_installed_package(installed, tmp_path):
     copy = tmp_path / EXAMPLE.name
     shutil.copy(EXAMPLE, copy)

@@ -213,6 +213,19 @@ def main():
                              f"with the NumPy the release's Triton needs, not ./check_outputs.sh and the whole suite")
     parser.add_argument("--render", action="store_true", help="only rebuild the table from --results")
     args = parser.parse_args()
+    # Refused before any venv is built (minutes each): a Python that does not run, a results file that is not one.
+    for python in [args.python, *args.pinned_pythons] if not args.render else []:
+        if shutil.which(python) is None:
+            parser.error(f"{python}: no such Python")
+    if args.render and not args.results.is_file():
+        parser.error(f"--results {args.results}: no such file (a run without --render writes it)")
+    if args.render:
+        try:
+            for number, line in enumerate(args.results.read_text().splitlines(), 1):
+                if line.strip() and not isinstance(json.loads(line), dict):
+                    raise ValueError(f"line {number} is not a row")
+        except (ValueError, UnicodeDecodeError) as error:
+            parser.error(f"--results {args.results}: not the JSON lines this tool writes ({error})")
     if not args.render:
         args.results.parent.mkdir(parents=True, exist_ok=True)
         for release in args.torch:
