@@ -417,3 +417,14 @@ def test_missing_triton_names_the_routes_for_the_os(tmp_path, system, route):
     assert result.returncode == 2
     assert "cannot import: torch triton" in result.stderr and route in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_measure_sh_refuses_a_missing_output_folder_and_an_option_in_its_place():
+    """tools/measure.sh OUTPUT_DIR [--cpu] [STEP ...]: without arguments, exit 2 (it was 1, from bash's ${1:?}); an
+    option where the folder goes, exit 2 with a hint (mkdir's own complaint before); --help, its header."""
+    script = str(REPO / "tools" / "measure.sh")
+    for args, words in (([], "usage: tools/measure.sh OUTPUT_DIR"), (["--cpu"], "OUTPUT_DIR comes first")):
+        done = subprocess.run([script, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    helped = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert helped.returncode == 0 and helped.stdout.startswith("measure.sh:") and "Exit code" in helped.stdout

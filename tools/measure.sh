@@ -118,7 +118,12 @@ run_step() {
 
 main() {
   if [ "${1:-}" = --list ]; then printf 'GPU: %s\nCPU: %s\n' "${STEPS[*]}" "${CPU_STEPS[*]}"; exit 0; fi
-  out=${1:?usage: tools/measure.sh OUTPUT_DIR [--cpu] [STEP ...]}
+  case "${1:-}" in
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    "") echo "usage: tools/measure.sh OUTPUT_DIR [--cpu] [STEP ...] (tools/measure.sh --help)" >&2; exit 2 ;;
+    -*) echo "measure.sh: OUTPUT_DIR comes first, not the option $1 (tools/measure.sh OUTPUT_DIR $1 ...)" >&2; exit 2 ;;
+  esac
+  out=$1
   shift
   local defaults=("${STEPS[@]}") name
   if [ "${1:-}" = --cpu ]; then defaults=("${CPU_STEPS[@]}"); shift; fi
