@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from chapter_scripts import DEVICE, ON_GPU, hardened_ops, requires_gpu, seeded_randn
+from chapter_scripts import DEVICE, ON_GPU, REPO, hardened_ops, requires_gpu, seeded_randn
 
 FUNCTION_REFERENCES = {
     "TritonGELU": lambda x: F.gelu(x, approximate="none"),
@@ -337,3 +337,14 @@ def test_a_registered_launch_hook_sends_every_launch_through_triton():
             assert hardened_ops._launch_hooks_set()
         finally:
             hook.remove(print)
+
+
+def test_the_lean_launch_reader_refuses_what_is_not_a_triton_wheel(tmp_path):
+    """tools/lean_launch_releases.py wheels/*.whl where the download left none: the glob stays as written, and an
+    IndexError came back; now exit 2 and one line naming each argument and why."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "lean_launch_releases.py"), str(tmp_path / "*.whl"),
+                           str(REPO / "README.md")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no such file" in done.stderr and "not a Triton wheel" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1

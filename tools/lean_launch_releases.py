@@ -10,7 +10,8 @@ installed Triton) and says, for each, which of the two paths hardened_ops.py wou
     python -m pip download --no-deps --only-binary=:all: triton==3.5.1 -d wheels/
     python tools/lean_launch_releases.py wheels/*.whl
 
-It needs no GPU: it only reads the source.
+It needs no GPU: it only reads the source. Exit status: 0; 2 for an argument that is not a Triton wheel on disk
+(a glob that matched nothing stays as written), or -h/--help, which prints this.
 """
 import ast
 import sys
@@ -47,5 +48,24 @@ def main(wheels):
         print(f"{Path(wheel).name.split('-')[1]:>8}: {verdict(source) if source else 'JITFunction.run not found'}")
 
 
+def wheel_problem(path):
+    """Why path is not a Triton wheel to read ('' where it is one)."""
+    name = Path(path).name
+    if not Path(path).is_file():
+        return "no such file (did the download run? a glob that matches nothing stays as written)"
+    if not name.startswith("triton-") or not name.endswith(".whl"):
+        return "not a Triton wheel (triton-VERSION-...whl)"
+    if not all(part.isdigit() for part in name.split("-")[1].split(".")[:3]):
+        return "no release number in its name"
+    return ""
+
+
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        sys.exit(0)
+    refused = [f"{path}: {why}" for path in sys.argv[1:] if (why := wheel_problem(path))]
+    if refused:
+        print("lean_launch_releases.py: " + "; ".join(refused), file=sys.stderr)
+        sys.exit(2)
     main(sys.argv[1:])
