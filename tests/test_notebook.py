@@ -45,6 +45,22 @@ def test_the_check_of_a_file_that_is_no_notebook_exits_2_with_one_line(tmp_path,
         err = capsys.readouterr().err
         assert "no notebook to compare" in err and len(err.splitlines()) == 1, err
 
+
+def test_the_runner_refuses_what_is_not_a_notebook_with_one_line(tmp_path, capsys):
+    """tools/run_notebook.py on a missing file, a text file or JSON that is no notebook, or with --output a folder:
+    exit 2 and one line, before a kernel starts (tracebacks before)."""
+    pytest.importorskip("nbformat")
+    (tmp_path / "empty.ipynb").write_text("{}")
+    for args in ([str(tmp_path / "absent.ipynb")], [str(REPO / "README.md")], [str(tmp_path / "empty.ipynb")],
+                 [str(NOTEBOOK), "--output-folder"]):
+        output = str(tmp_path) if args[-1] == "--output-folder" else str(tmp_path / "out.ipynb")
+        with pytest.raises(SystemExit) as exited:
+            run_notebook.main([args[0], "--output", output])
+        err = capsys.readouterr().err
+        last = err.strip().splitlines()[-1]
+        assert exited.value.code == 2 and "Traceback" not in err and "error:" in last, err
+        assert "not a notebook to run" in last or "a folder" in last, err
+
 def test_the_code_cells_are_the_scripts_verbatim():
     notebook = json.loads(NOTEBOOK.read_text())
     code = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code")

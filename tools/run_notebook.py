@@ -11,7 +11,8 @@ executed copy to --output, and prints its last cell's output, which ends with
                                         # record this run's outputs in the notebook itself
 
 Exit 0 when the notebook ran and its check reports no failure (the practice notebook: when it ran
-and scored the exercises, "K of N solved"); 1 otherwise.
+and scored the exercises, "K of N solved"); 1 otherwise; 2 where the notebook given cannot be read as one, or
+--output is a folder.
 """
 import argparse
 import re
@@ -40,7 +41,13 @@ def main(argv=None):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    notebook = nbformat.read(args.notebook, as_version=4)
+    if args.output.is_dir():
+        parser.error(f"--output {args.output}: a folder; give the executed copy's file name")
+    try:
+        notebook = nbformat.read(args.notebook, as_version=4)
+    except (OSError, ValueError, nbformat.ValidationError) as error:  # missing, not JSON, JSON but no notebook
+        first = str(error).splitlines()[0][:200] if str(error) else ""
+        parser.error(f"{args.notebook}: not a notebook to run ({type(error).__name__}{': ' + first if first else ''})")
     cwd = args.output.resolve().parent  # the kernel starts beside the executed copy
     cwd.mkdir(parents=True, exist_ok=True)
     client = NotebookClient(notebook, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
