@@ -69,7 +69,7 @@ def main():
         print(f"compare_check_cost.py: {error}", file=sys.stderr)
         return 2
     (b1, b1_head, _), (a1, a1_head, _), (b2, _, _), (a2, _, _) = runs
-    devices = {device for *_, device in runs}
+    devices = {device for *_, device in runs if device is not None}  # a run cut short has no summary line
     if len(devices) > 1:
         print(f"compare_check_cost.py: the logs were made on different devices ({'; '.join(map(str, devices))}): "
               f"an A/B times both checkers on one machine", file=sys.stderr)

@@ -69,6 +69,7 @@ def test_logs_that_cannot_be_compared_are_refused_with_a_message(tmp_path):
         assert done.returncode == 2 and words in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "B / A median" not in done.stdout
     assert run("compare_check_cost.py", cpu, cpu, cpu, cpu).returncode == 0
+    assert run("compare_check_cost.py", cpu, b1, cpu, b1).returncode == 0  # a run cut short: no summary line
 
 
 def test_check_cost_refuses_bad_arguments_before_any_work(tmp_path):

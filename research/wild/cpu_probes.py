@@ -16,6 +16,7 @@ cannot have said to itself.
 """
 import json
 import sys
+import time
 
 import torch
 
@@ -417,18 +418,26 @@ def probe_pytorch_wavelets_sfb1d_modes():
 PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.startswith("probe_")}
 
 
-def main(argv):
-    if len(argv) != 1 or argv[0] not in PROBES:
-        print(f"usage: cpu_probes.py NAME, NAME one of {', '.join(PROBES)}", file=sys.stderr)
+def answer(probes, argv, program, timed=False):
+    """Runs the probe argv names and prints its answer after PROBE_MARK (with its seconds where timed): exit 0; 2 for
+    a name not in probes, or a library under probe that is not importable (exit 1 would read as a finding)."""
+    if len(argv) != 1 or argv[0] not in probes:
+        print(f"usage: {program} NAME, NAME one of {', '.join(probes)}", file=sys.stderr)
         return 2
+    started = time.perf_counter()
     try:
-        kind, evidence = PROBES[argv[0]]()
-    except ModuleNotFoundError as error:  # the library under probe: exit 1 would read as a finding
-        print(f"cpu_probes.py: {error.name} is not importable: put the suite's release on PYTHONPATH "
+        kind, evidence = probes[argv[0]]()
+    except ModuleNotFoundError as error:
+        print(f"{program}: {error.name} is not importable: put the suite's release on PYTHONPATH "
               f"(research/wild/cpu_suites.py --run does)", file=sys.stderr)
         return 2
-    print(PROBE_MARK + json.dumps(dict(kind=kind, evidence=evidence)), flush=True)
+    seconds = dict(seconds=round(time.perf_counter() - started, 1)) if timed else {}
+    print(PROBE_MARK + json.dumps(dict(kind=kind, evidence=evidence, **seconds)), flush=True)
     return 0
+
+
+def main(argv):
+    return answer(PROBES, argv, "cpu_probes.py")
 
 
 if __name__ == "__main__":

@@ -13,17 +13,15 @@ JSON {"kind": "real" | "by design" | "false alarm", "evidence": ...}, in the sen
 No probe imports the checker. The xitorch probes need the release's test folder on XITORCH_TESTS (for its
 test modules), the others only the release.
 """
-import json
 import os
 import subprocess
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The probes' shared vocabulary and helpers, as the first rounds' probes define them.
-from cpu_probes import BY_DESIGN, F64, FALSE_ALARM, PROBE_MARK, REAL, seeded  # noqa: E402, F401
+from cpu_probes import BY_DESIGN, F64, FALSE_ALARM, PROBE_MARK, REAL, answer, seeded  # noqa: E402, F401
 from cpu_probes import largest_gap as rel  # noqa: E402
 
 
@@ -361,20 +359,7 @@ PROBES = {name[len("probe_"):]: fn for name, fn in globals().items() if name.sta
 
 
 def main(argv):
-    if len(argv) != 1 or argv[0] not in PROBES:
-        print(f"usage: cpu_probes_round4.py NAME, NAME one of {', '.join(PROBES)}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    try:
-        kind, evidence = PROBES[argv[0]]()
-    except ModuleNotFoundError as error:  # the library under probe: exit 1 would read as a finding
-        print(f"cpu_probes_round4.py: {error.name} is not importable: put the suite's release on PYTHONPATH "
-              f"(research/wild/cpu_suites.py --run does)", file=sys.stderr)
-        return 2
-    print(PROBE_MARK + json.dumps(dict(kind=kind, evidence=evidence, seconds=round(time.perf_counter() - started, 1))),
-          flush=True)
-    return 0
-
+    return answer(PROBES, argv, "cpu_probes_round4.py", timed=True)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
