@@ -69,6 +69,17 @@ def test_usage_errors_exit_2_in_one_line(tmp_path):
     assert result.returncode == 2 and "could not import" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_file_that_is_not_python_is_refused_in_one_line(tmp_path):
+    """A notebook (or any file but a .py) is no script to import: one line naming it, exit 2, no traceback (before,
+    importlib found no loader for it and the command died in a traceback)."""
+    notebook = write(tmp_path, '{"cells": [], "nbformat": 4}', "my_ops.ipynb")
+    result = run(notebook)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "is not a Python file (.py)" in result.stderr and "nbconvert --to script" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "nbconvert" not in run(write(tmp_path, "x = 1\n", "my_ops.txt")).stderr
+
+
 REAL_SIGNATURES = '''
     import sys
     sys.path.insert(0, {tests!r})

@@ -88,3 +88,12 @@ def test_a_stale_log_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "RESULTS", tmp_path / "results")
     assert stale_logs("page.md", "111111111111") == [("old.log", "made by checker 000000000000")]
+
+
+def test_the_stamp_refuses_an_argument_it_does_not_know(capsys):
+    """An unknown argument is refused in one line with exit 2 and nothing on stdout (before, it was ignored and the
+    two lines printed, so a typo of --hash began a log with the wrong stamp)."""
+    assert stamp.main(["--hsh"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "unknown arguments --hsh" in err and len(err.strip().splitlines()) == 1
+    assert stamp.main(["--hash"]) == 0 and capsys.readouterr().out.strip() == stamp.checker_hash()

@@ -38,6 +38,15 @@ def test_dry_run_writes_the_table_csv_and_summary(tmp_path):
     assert "1x d=32 | fp32 | eager | train" in summary[2]
 
 
+def test_the_summary_gives_the_baseline_and_ratio_when_activations_leave_nn_gelu_out(tmp_path):
+    """nn.GELU is timed as the baseline whatever --activations says: the summary gives its ms and the chosen
+    activation's ratio (before, both cells were blank when nn.GELU was not among the activations)."""
+    result = run("--dry-run", "--activations", "TritonGELU", "--out", str(tmp_path), "--label", "one")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in (tmp_path / "mlp_step_one.md").read_text().splitlines()[2:]]
+    assert len(rows) == 4 and all(float(r[5]) > 0 and r[6].strip().endswith("x") for r in rows), rows
+
+
 @pytest.mark.parametrize("args, message", [
     (["--models", "1x"], "models are BLOCKSxD"),
     (["--dtypes", "fp8"], "unknown ['fp8']"),

@@ -11,7 +11,8 @@ code that gave it.
     python tools/stamp.py --hash     # the hash alone
 
 The tree is `git describe --always --dirty`, or STAMP_TREE where the machine's copy of the
-history cannot say (a copy of the working tree sent elsewhere). Exit status: 0.
+history cannot say (a copy of the working tree sent elsewhere). Exit status: 0, or 2 for an argument
+other than --hash (one line, nothing printed to stdout, so no log begins with a wrong stamp).
 """
 import hashlib
 import os
@@ -52,5 +53,14 @@ def lines():
     return [f"tree: {tree()}", f"checker: {checker_hash()} ({STAMP_WORDS})"]
 
 
+def main(argv):
+    if argv not in ([], ["--hash"]):
+        print(f"stamp.py: error: unknown arguments {' '.join(argv)} (usage: python tools/stamp.py [--hash])",
+              file=sys.stderr)
+        return 2
+    print(checker_hash() if argv else "\n".join(lines()))
+    return 0
+
+
 if __name__ == "__main__":
-    print(checker_hash() if sys.argv[1:] == ["--hash"] else "\n".join(lines()))
+    sys.exit(main(sys.argv[1:]))

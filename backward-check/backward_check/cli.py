@@ -127,6 +127,10 @@ def inputs_for(module, function, name):
 
 def load(path):
     """The file, imported as Python runs a script: its own folder first on the import path."""
+    if path.suffix != ".py":  # Python imports nothing else as a script (a notebook: export it as a .py first)
+        raise UsageError(f"{path} is not a Python file (.py): the command imports the file as Python runs a "
+                         f"script" + ("; export the notebook as one (jupyter nbconvert --to script)"
+                                      if path.suffix == ".ipynb" else ""))
     sys.path.insert(0, str(path.resolve().parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
