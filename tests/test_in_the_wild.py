@@ -174,7 +174,10 @@ def sweep_rows(text):
 
 
 def tree_of(log):
-    return next(line for line in log.splitlines() if line.startswith("tree: "))[len("tree: "):]
+    """The log's tree, as a commit abbreviated to 7 hex digits where the stamp gave it whole (STAMP_TREE set to a full
+    sha on the GPU machine), since provenance names commits by 7."""
+    tree = next(line for line in log.splitlines() if line.startswith("tree: "))[len("tree: "):]
+    return re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}\b", r"\1", tree)
 
 
 def test_the_page_quotes_only_what_the_logs_say():
