@@ -109,6 +109,41 @@ class RowLossFirstScale(torch.autograd.Function):
         return grad * grad_output[0], None, None       # BUG: grad_output[:, None]
 
 
+class ScaledRowLoss(torch.autograd.Function):
+    """Liger-Kernel's token scaling: each row's loss times its target's predicted probability, a scale the gradient
+    holds constant by design (finite differences see its derivative too). Right per row: the fixed release."""
+    @staticmethod
+    def forward(ctx, logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        picked = logp.gather(1, target[:, None]).squeeze(1)
+        scale = picked.exp()
+        ctx.save_for_backward(logp, target, scale)
+        return -scale * picked
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logp, target, scale = ctx.saved_tensors
+        grad = logp.exp()
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
+        return grad * (scale * grad_output)[:, None], None
+
+
+class ScaledRowLossFirstScale(ScaledRowLoss):
+    """Liger-Kernel 0.8.1's token-scaled loss: the same, every row's gradient scaled by grad_output[0]."""
+    @staticmethod
+    def backward(ctx, grad_output):
+        logp, target, scale = ctx.saved_tensors
+        grad = logp.exp()
+        grad[torch.arange(len(target), device=target.device), target] -= 1.0
+        return grad * scale[:, None] * grad_output[0], None     # BUG: grad_output[:, None]
+
+
+def scaled_row_loss(logits, target):
+    """ScaledRowLoss as the library means it: the scale detached."""
+    picked = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(1)
+    return -picked.exp().detach() * picked
+
+
 class CrossEntropyWritesLogits(torch.autograd.Function):
     """Liger-Kernel's cross-entropy mechanism: forward stores the gradient into the logits it was given."""
     @staticmethod
@@ -493,6 +528,8 @@ PLANTED = {
     "a row loss scaled by grad_output[0] (Liger-Kernel#584)": (RowLossFirstScale, logits_and_target(), {},
                                                                cross_entropy_reference,
                                                                "assumes a uniform grad_output"),
+    "a token-scaled row loss scaled by grad_output[0] (Liger-Kernel 0.8.1)": (
+        ScaledRowLossFirstScale, logits_and_target(), {}, scaled_row_loss, "assumes a uniform grad_output"),
     "derivative kept on the class": (DerivativeOnTheClass, (x35(),), {}, gelu, "keeps state between calls"),
     "divides by its uses": (CountsItsUses, (x35(),), {}, gelu, "keeps state between calls"),
     "mul_ on grad_output": (one_input(triton_gelu, lambda x, g: g.mul_(dgelu(x)), "GELUInPlace"), (x35(),), {}, gelu,
@@ -574,4 +611,5 @@ PLANTED_WITHOUT_REFERENCE = ["no chain rule (the book's buggy kernel)", "grad_ou
                              "strides from the shape (fla-core causal_conv1d)", "a grid of one block",
                              "derivative kept on the class", "input y ignores grad_output",
                              "forward writes into its logits (Liger-Kernel cross-entropy)",
-                             "one workspace returned for two gradients", "a stride-0 fast path taken for .sum(dim=-1)"]
+                             "one workspace returned for two gradients", "a stride-0 fast path taken for .sum(dim=-1)",
+                             "a token-scaled row loss scaled by grad_output[0] (Liger-Kernel 0.8.1)"]

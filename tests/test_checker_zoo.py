@@ -145,3 +145,16 @@ def test_a_gradient_only_just_past_its_tolerance_is_undecided_not_a_trap(scale, 
         assert report.clean and any("just past" in line for line in report.inconclusive), str(report)
     else:
         assert report.traps == [verdict], str(report)
+
+
+def test_a_by_design_gradient_read_per_row_is_not_called_uniform():
+    """A gradient that holds a scale constant by design (Liger-Kernel's token scaling) is off finite differences
+    for every grad_output; read per row it is no uniform grad_output's bug, whatever else the check says of it, and
+    beside the library's own reference (the scale detached) it is clean. Its planted twin, which reads
+    grad_output[0] for every row, is named for that without a reference (PLANTED_WITHOUT_REFERENCE)."""
+    from checker_zoo_planted import ScaledRowLoss, scaled_row_loss
+    from checker_zoo import logits_and_target
+    report = check_backward(ScaledRowLoss, *logits_and_target())
+    assert "assumes a uniform grad_output" not in report.traps, str(report)
+    assert "a wrong formula" in report.traps, str(report)
+    assert check_backward(ScaledRowLoss, *logits_and_target(), reference=scaled_row_loss).clean

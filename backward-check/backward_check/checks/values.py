@@ -247,6 +247,13 @@ def diagnose(context, check, i, got, expected, g, shared=()):
         return finding(KEEPS_STATE, f"the gradient is {off:.3g} (relative) off, but right on values of a shape the "
                                     f"op had not seen: the backward keeps something per shape that an earlier call "
                                     f"left behind")
+    one_value = reads_one_value(context, i, g, got)
+    if one_value:
+        return finding(UNIFORM_GRAD_OUTPUT, f"with a random grad_output the gradient is the op's own answer for "
+                                            f"{one_value} everywhere, where the right gradients for the two differ "
+                                            f"({off:.3g} off, relative): the backward reads {one_value} for every "
+                                            f"element (it is wrong for a uniform grad_output too: that may be by "
+                                            f"design, as a scale held constant, or a formula wrong besides)")
     return finding(WRONG_FORMULA, f"wrong even for a uniform grad_output of 2 ({off:.3g} off, relative, under a "
                                   f"random one{wrong_share(got[i], expected, i)})")
 
@@ -265,6 +272,32 @@ def scales_with_grad_output(context, i, g, got):
         return False
     a, b = flat(tripled).double(), flat(got[i]).double().to(flat(tripled).device)
     return bool((a - 3 * b).norm() < (a - b).norm())
+
+
+def reads_one_value(context, i, g, got):
+    """'grad_output[0]' or "grad_output's mean" where input i's gradient under the random g is the op's own answer
+    for that one value everywhere, though the right gradients for the two differ (the right gradient for their
+    difference is not 0), and the backward reads grad_output (tripled, its answer triples); else ''. The op is
+    compared with itself, not with the truth: a gradient wrong for a uniform grad_output as well (a scale the
+    library holds constant by design, which finite differences see) still shows that it reads one value of a
+    grad_output that differs by element. A legal op whose right gradient depends on grad_output only through one
+    value (an output broadcast from a sum, which reads grad_output's sum) never differs from it there."""
+    shape = context.values[i].shape
+    values = torch.cat([flat(t) for t in g])
+    if not values.numel() or bool((values == values[0]).all()):
+        return ""
+    for c, which in ((values[0].item(), "grad_output[0]"), (values.mean().item(), "grad_output's mean")):
+        uniform = [uniform_like(o, c) for o in context.outputs]
+        try:
+            mine = context.vjp(uniform, f"with {which} everywhere")
+        except (OpRaised, OutOfMemory):
+            return ""
+        if context.same(got, mine, [i]):
+            continue
+        if context.expected([t - u for t, u in zip(g, uniform)]).error(None, i, shape) <= 1.0:
+            continue
+        return which if scales_with_grad_output(context, i, g, got) else ""
+    return ""
 
 
 def single_value(context, i, got, ones, shape):
