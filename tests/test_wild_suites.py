@@ -293,6 +293,47 @@ def test_the_token_scaling_probe_tells_a_held_scale_from_a_differentiated_one(tm
     assert all(off < 1e-5 for off in offs) if detach else all(off > 1e-3 for off in offs), done.stdout
 
 
+FAKE_FUSED_LOSS_SCALING_IN_PLACE = '''
+import torch
+
+
+class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+    """Stands in for Liger-Kernel's fused loss as its kernels are: the gradient worked out in the forward (the scale
+    held constant) and saved, then scaled in place by grad_output in the backward, right for each call alone."""
+
+    @staticmethod
+    def forward(ctx, x, weight, target, bias, *rest):
+        with torch.enable_grad():
+            x_ = x.detach().requires_grad_()
+            logits = x_ @ weight.t() + bias
+            per_row = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+            scale = torch.softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(-1).detach()
+            rows = [torch.autograd.grad(per_row[r] * scale[r], x_, retain_graph=True)[0][r] for r in range(len(x))]
+        ctx.save_for_backward(torch.stack(rows))
+        return (per_row * scale).detach(),
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        saved, = ctx.saved_tensors
+        return saved.mul_(grad_output[:, None]), None, None, None, *([None] * 11)
+'''
+
+
+def test_the_token_scaling_probe_makes_a_fresh_call_for_each_grad_output(tmp_path):
+    """A backward that scales what it saved in place (as Liger-Kernel's does) is right for each call alone: the probe
+    takes each grad_output's gradient on a call of its own, never a second backward over one graph."""
+    module = tmp_path / "liger_kernel" / "ops"
+    module.mkdir(parents=True)
+    for folder in (tmp_path / "liger_kernel", module):
+        (folder / "__init__.py").write_text("")
+    (module / "fused_linear_cross_entropy.py").write_text(FAKE_FUSED_LOSS_SCALING_IN_PLACE)
+    done = subprocess.run([sys.executable, str(REPO / "research" / "wild" / "liger_token_scaling.py"), "--child",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    offs = [float(line.split("gradient ")[1].split()[0]) for line in done.stdout.splitlines()]
+    assert len(offs) == 3 and all(off < 1e-5 for off in offs), done.stdout
+
+
 # -- research/wild/check_cost.py: what it needs, said plainly --------------------------------------------------------
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it times the real kernels instead")

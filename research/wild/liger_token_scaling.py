@@ -6,10 +6,12 @@ The only `reduction='none'` calls in Liger-Kernel's fused linear cross-entropy t
 (`test_correctness_token_scaling`) pass `use_token_scaling=True`: each row's loss is multiplied by the
 predicted probability of its target, and that probability is a constant in the gradient (the test's own
 reference detaches it: `pred_probs = softmax(logits).gather(...).detach()`). Finite differences see the
-whole derivative, the scale's included, so the plugin names "a wrong formula" on that call in the buggy
-release (0.8.1) and the fixed one (0.8.2) alike. This probe decides it against the gradient the library
-means: the test's own reference, with the scale detached, under a grad_output of ones (what the test
-backpropagates), a random one, and 2 everywhere.
+whole derivative, the scale's included, so against them that call is off in the buggy release (0.8.1) and the
+fixed one (0.8.2) alike, for any grad_output. The checker tells them apart by comparing the op with itself
+(0.8.1's gradient under a random grad_output is its own answer for grad_output[0] everywhere: "assumes a uniform
+grad_output"; 0.8.2's is not: "a wrong formula", by design). This probe decides both against the gradient the
+library means: the test's own reference, with the scale detached, under a grad_output of ones (what the test
+backpropagates), a random one, and 2 everywhere, each on a call of its own.
 
     python research/wild/liger_token_scaling.py [--log PATH]     # both releases from .wild-suites
 
@@ -40,9 +42,13 @@ def probe(site):
     target = torch.randint(0, classes, (rows,), device=device)
     weight = torch.randn(classes, hidden, device=device)
     bias = torch.randn(classes, device=device)
-    # The call as the test makes it: reduction 'none', use_token_scaling=True, the rest at their defaults.
-    loss = LigerFusedLinearCrossEntropyFunction.apply(x, weight, target, bias, None, -100, 0.0, 0.0, "none", None,
-                                                      False, None, True, False, False)[0]
+
+    def loss():
+        """The call as the test makes it: reduction 'none', use_token_scaling=True, the rest at their defaults. A
+        fresh call for each grad_output: 0.8.1's backward scales what it saved in place, so a second backward over
+        one graph would start from the first one's answer."""
+        return LigerFusedLinearCrossEntropyFunction.apply(x, weight, target, bias, None, -100, 0.0, 0.0, "none",
+                                                          None, False, None, True, False, False)[0]
     # The test's reference: cross entropy per row, times the target's probability, detached.
     logits = x @ weight.t() + bias
     per_row = torch.nn.functional.cross_entropy(logits, target, reduction="none")
@@ -51,7 +57,7 @@ def probe(site):
     for name, grad_output in (("ones (the test's)", torch.ones(rows, device=device)),
                               ("random", torch.randn(rows, device=device)),
                               ("2 everywhere", torch.full((rows,), 2.0, device=device))):
-        got, = torch.autograd.grad(loss, x, grad_output, retain_graph=True)
+        got, = torch.autograd.grad(loss(), x, grad_output)
         want, = torch.autograd.grad(expected, x, grad_output, retain_graph=True)
         off = ((got - want).norm() / want.norm()).item()
         print(f"  grad_output {name:<18} the input's gradient {off:.3g} (relative) off the detached-scale reference")
