@@ -141,8 +141,11 @@ CASES = (
               "on 8 rows, and backpropagate loss.sum(): every row's grad_output is 1, so 0.8.1's backward, which "
               "scales every row's gradient by grad_output[0], is right there. Those calls pass "
               "use_token_scaling=True, whose gradient holds each row's scale (its target's predicted probability) "
-              "constant by design, so against finite differences both releases read 'a wrong formula' on them "
-              "(research/wild/liger_token_scaling.py decides it against the test's detached-scale reference).",
+              "constant by design, so against finite differences both releases are off on them for any grad_output; "
+              "the checker names 0.8.1's bug there by comparing the op with itself (its gradient under a random "
+              "grad_output is its own answer for grad_output[0] everywhere), and 0.8.2's by-design difference 'a "
+              "wrong formula' (research/wild/liger_token_scaling.py decides both against the test's detached-scale "
+              "reference).",
           needs=("transformers", "tokenizers")),   # as liger-ce-none: test/utils.py imports both
     Suite("fla-swish-flat", "fla", "fla-org/flash-linear-attention", "fla-core", "0.4.1", "0.4.2",
           ("fla.modules.activations.SwishFunction", "fla.modules.activations.SigmoidFunction"),
