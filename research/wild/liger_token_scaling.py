@@ -14,6 +14,7 @@ library means: the test's own reference, with the scale detached, under a grad_o
 backpropagates), a random one, and 2 everywhere, each on a call of its own.
 
     python research/wild/liger_token_scaling.py [--log PATH]     # both releases from .wild-suites
+    python research/wild/liger_token_scaling.py --check          # and check_backward's verdict on the call
 
 Each release runs in a process of its own (their modules share a name). Without a CUDA GPU the kernels run
 in Triton's interpreter (TRITON_INTERPRET=1), which says what the code computes, not what a GPU does.
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 RELEASES = ("0.8.1", "0.8.2")
 
 
-def probe(site):
+def probe(site, check=False):
     """In this process, with site's liger_kernel first on the path: one line a grad_output."""
     import torch
     sys.path.insert(0, str(site))
@@ -61,15 +62,27 @@ def probe(site):
         want, = torch.autograd.grad(expected, x, grad_output, retain_graph=True)
         off = ((got - want).norm() / want.norm()).item()
         print(f"  grad_output {name:<18} the input's gradient {off:.3g} (relative) off the detached-scale reference")
+    if check:  # the checker on the same call, as the plugin checks it: no reference, finite differences
+        sys.path.insert(0, str(REPO / "backward-check"))
+        from backward_check import check_backward
+        report = check_backward(LigerFusedLinearCrossEntropyFunction, x, weight, target, bias, None, -100, 0.0, 0.0,
+                                "none", None, False, None, True, False, False)
+        print(f"  check_backward, no reference: {'; '.join(report.traps) or 'clean'}")
+        for line in str(report).splitlines():
+            if "TRAP  a wrong formula" in line or "TRAP  assumes a uniform grad_output" in line:
+                print(f"    {line.strip()}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, help="also write the output here")
+    parser.add_argument("--check", action="store_true", help="also check the call with check_backward, without a "
+                                                                 "reference, as the pytest plugin does (minutes in the "
+                                                                 "interpreter)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        probe(Path(options.child))
+        probe(Path(options.child), options.check)
         return 0
     if options.log:  # refused now, not after the probes' minutes
         try:
@@ -90,10 +103,10 @@ def main():
         environment["TRITON_INTERPRET"] = "1"
     where = torch.cuda.get_device_name() if torch.cuda.is_available() else "the CPU, in Triton's interpreter"
     lines = [*stamp.lines(), f"python {sys.version.split()[0]}, torch {torch.__version__}, on {where}",
-             "command: python research/wild/liger_token_scaling.py"]
+             f"command: python research/wild/liger_token_scaling.py{' --check' if options.check else ''}"]
     for version, site in sites.items():
-        done = subprocess.run([sys.executable, __file__, "--child", str(site)], env=environment, capture_output=True,
-                              text=True, timeout=600, check=False)
+        done = subprocess.run([sys.executable, __file__, "--child", str(site), *(["--check"] if options.check else [])],
+                              env=environment, capture_output=True, text=True, timeout=900, check=False)
         lines += [f"liger-kernel {version}:", *done.stdout.splitlines()]
         if done.returncode:
             lines.append(f"  the probe failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
