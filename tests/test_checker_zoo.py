@@ -147,6 +147,26 @@ def test_a_gradient_only_just_past_its_tolerance_is_undecided_not_a_trap(scale, 
         assert report.traps == [verdict], str(report)
 
 
+@pytest.mark.parametrize("rows, classes, dtype, seed", [
+    (4, 7, torch.float64, 61),      # within one block
+    (3, 1030, torch.float32, 62),   # one block past it
+    (2, 2600, torch.float32, 63),   # several blocks and a tail
+    (6, 300, torch.float64, 64),
+])
+def test_a_token_scaled_loss_reading_grad_output_0_is_named_at_every_size(rows, classes, dtype, seed):
+    """The rule that names a gradient reading grad_output[0] where it is off finite differences for a uniform
+    grad_output too (a scale held constant by design), as a property of the op: across sizes, dtypes and draws, the
+    planted twin is named for it without a reference, and the per-row fix never is."""
+    from checker_zoo_planted import ScaledRowLoss, ScaledRowLossFirstScale
+    logits = seeded_randn(rows, classes, seed=seed, dtype=dtype)
+    target = torch.randint(0, classes, (rows,), generator=torch.Generator(device="cpu").manual_seed(seed),
+                           device="cpu").to(logits.device)
+    buggy = check_backward(ScaledRowLossFirstScale, logits, target)
+    assert buggy.traps == ["assumes a uniform grad_output"], str(buggy)
+    fixed = check_backward(ScaledRowLoss, logits, target)
+    assert "assumes a uniform grad_output" not in fixed.traps, str(fixed)
+
+
 def test_a_by_design_gradient_read_per_row_is_not_called_uniform():
     """A gradient that holds a scale constant by design (Liger-Kernel's token scaling) is off finite differences
     for every grad_output; read per row it is no uniform grad_output's bug, whatever else the check says of it, and
