@@ -407,6 +407,11 @@ class BackwardCheckSession(Reporting):
             job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}),
                          self.recorder.made_per_call(call.name), self.options.compile)
             verdict = check_protected(self.worker, call, job, self.recorder)
+        except (KeyboardInterrupt, pytest.exit.Exception, SystemExit):
+            # interrupted mid-check: its seconds count, and the call is one the interrupt left unchecked
+            self.check_seconds += time.perf_counter() - start
+            self.selection.interrupted(call)
+            raise
         except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
             verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
                                            f"{clip(error, 120)}); please report it")
@@ -442,7 +447,11 @@ class BackwardCheckSession(Reporting):
         except BaseException:  # interrupted: no more checks, and what waited is counted as interrupted
             self.close_findings(interrupted=True)
             raise
-        self._check_while(self.selection.next_call, AT_THE_END)
+        try:
+            self._check_while(self.selection.next_call, AT_THE_END)
+        except BaseException:  # interrupted during the session's end checks: the same, with what was checked
+            self.close_findings(interrupted=True)
+            raise
         self.close_findings()
         return result
 

@@ -197,7 +197,7 @@ def left_out_line(left_out, checked, options):
     for why, words in ((BUDGET, f"past the time budget ({ALL_OPTION} checks them)"),
                        (MEMORY, "dropped to hold the copies within --backward-check-memory"),
                        (LIMIT, f"past --backward-check-limit {options.limit}"),
-                       (INTERRUPTED, "still waiting for their check when the run was interrupted")):
+                       (INTERRUPTED, "waiting for their check, or in it, when the run was interrupted")):
         tiers = by_why.get(why)
         if tiers:
             kinds = ", ".join(f"{n} {TIER_WORDS[t]}" for t, n in sorted(tiers.items()))

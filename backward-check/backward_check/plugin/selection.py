@@ -14,6 +14,7 @@ After each test, its calls of tiers 0 to 2 are checked, best first, while the ti
 fails the test that made the call), a call of tier 1 or 2 only while half the budget is left for the ops the suite
 has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
 while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
+check is taken only where the op's checks so far say it fits (a smaller call by its share of their time). A
 call's tier is taken again before each pick, against what has been checked by then, so the second call that
 brings 'none' goes after every other call that brings something new. Checking the lower tiers at the end, not
 after their test, ranks them against the whole suite's calls: a dtype that the first test brought does not take
@@ -60,6 +61,11 @@ MEMORY_MIB = 2048  # the copies waiting for their check, at most (divided among 
 # Half: a check that starts runs to its end, and a later op's first check takes longer than its later ones; the
 # values left waiting are checked at the session's end, ranked across ops, with what the first calls left.
 RESERVE_FOR_FIRST_CALLS = 0.5
+# A call far smaller than an op's checks so far is expected to take its share of their time by size, and at least
+# this share: Liger-Kernel's fused loss file checks 'mean' on 1,024 rows of 4,096 classes (15-27 s a check on an
+# H100), and its only 'none' calls, 8 rows of 16 classes, come last, where a check of the large size no longer fit
+# in what was left of the budget, and the small one was never tried.
+SMALLEST_SHARE = 0.05
 
 
 def features(signature):
@@ -154,7 +160,7 @@ class Selection:
         self.covered = {}                         # op name: the features of its calls checked
         self.checked = collections.Counter()      # op name: calls checked in this process
         self.checked_anywhere = collections.Counter()  # op name: calls checked here or by another process
-        self.check_seconds = {}                   # op name: [seconds of each check here]
+        self.check_seconds = {}                   # op name: [(seconds, its copies' bytes) of each check here]
         self.left_out = {}                        # op name: {signature key: (why, its tier then)}
         self._order = itertools.count()
 
@@ -216,15 +222,21 @@ class Selection:
 
     # -- the checks' side ---------------------------------------------------------------------------
 
-    def expected_seconds(self, op):
+    def expected_seconds(self, op, nbytes=None):
         """What a check of op is expected to take: the mean of its checks so far after the first, or the first's
         (0 before it). The first check of an op compiles what the checker's calls need that the suite's did not
-        (other layouts, float64), often most of its time; the later ones find it compiled."""
-        seconds = self.check_seconds.get(op)
-        if not seconds:
+        (other layouts, float64), often most of its time; the later ones find it compiled. nbytes: the call's copies;
+        a call smaller than those checks is expected to take its share of their time by size, and at least
+        SMALLEST_SHARE of it (a check has costs no size removes), never more than their mean."""
+        checks = self.check_seconds.get(op)
+        if not checks:
             return 0.0
-        later = seconds[1:] or seconds
-        return sum(later) / len(later)
+        later = checks[1:] or checks
+        seconds = sum(s for s, _ in later) / len(later)
+        sizes = sum(b for _, b in later) / len(later)
+        if nbytes is None or sizes <= 0:
+            return seconds
+        return seconds * min(1.0, max(SMALLEST_SHARE, nbytes / sizes))
 
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.
@@ -242,7 +254,7 @@ class Selection:
                 self._drop(call, LIMIT)
                 continue
             reserve = RESERVE_FOR_FIRST_CALLS if test is not None and tier != FIRST else 0.0
-            if self.budget.allows(self.expected_seconds(call.name), reserve):
+            if self.budget.allows(self.expected_seconds(call.name, call.nbytes), reserve):
                 self.waiting.remove(call)
                 self.held_bytes -= call.nbytes
                 return call
@@ -253,12 +265,18 @@ class Selection:
         self.covered.setdefault(call.name, set()).update(call.features)
         self.checked[call.name] += 1
         self.checked_anywhere[call.name] += 1
-        self.check_seconds.setdefault(call.name, []).append(seconds)
+        self.check_seconds.setdefault(call.name, []).append((seconds, call.nbytes))
         call.args = call.kwargs = None
 
     def checked_elsewhere(self, call):
         """Another worker claimed the call's signature first (it checks it)."""
         self._leave_out(call, ELSEWHERE)
+        call.args = call.kwargs = None
+
+    def interrupted(self, call):
+        """The run was interrupted while the call (taken out of the queue) was being checked: it is left out as
+        one still waiting."""
+        self._leave_out(call, INTERRUPTED)
         call.args = call.kwargs = None
 
     def give_up(self, why=BUDGET):

@@ -268,6 +268,45 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
     assert selection.next_call("t2") is none
 
 
+def test_a_small_call_late_in_the_file_is_checked_in_what_a_large_ones_check_left():
+    """Liger-Kernel's fused loss file, in small: 'mean' and 'sum' on large inputs (25 s a check), then its only
+    'none' call, on 8 rows (the call that shows its bug), late in the file. Expected to take what the large checks
+    took, the 'none' call waited for the session's end, behind the 'sum' call, which left 10 s of the 60 s budget: it
+    was never checked. A call smaller than the op's checks so far is expected to take its share of their time by
+    size (at least SMALLEST_SHARE of it): the 'none' call is checked after its own test. A call as large as they
+    were, or larger, is expected to take their mean, as before."""
+    import torch
+    from backward_check.plugin.selection import SMALLEST_SHARE, Budget, Selection
+    spent = [0.0]
+    budget = Budget(factor=1.0, floor=60.0, clock=lambda: 0.0, plugin_seconds=lambda: spent[0])
+    selection = Selection(budget, 10 ** 9)
+    large = 10 ** 7
+    mean, total, wider, none = calls = [
+        loss_call("loss", torch.bfloat16, "mean", "t0"), loss_call("loss", torch.bfloat16, "sum", "t1"),
+        loss_call("loss", torch.float32, "mean", "t2"), loss_call("loss", torch.bfloat16, "none", "t3")]
+    for call, nbytes in zip(calls, (large, large, 2 * large, 4096)):
+        call.nbytes = nbytes
+    picked = []
+
+    def check_while(test=None):
+        while (chosen := selection.next_call(test)) is not None:
+            seconds = 25.0 if chosen.nbytes >= large else 1.0
+            picked.append(chosen.described)
+            selection.checked_here(chosen, seconds)
+            spent[0] += seconds
+
+    for call in calls:
+        selection.offer(call, lambda: ((), {}))
+        check_while(call.test)
+    # 'sum' after its test: 25 + 25 is past the half kept for ops called later; 'none': 25 + 25 * SMALLEST_SHARE
+    assert picked == [mean.described, none.described], picked
+    check_while()
+    assert picked == [mean.described, none.described, total.described], picked
+    assert selection.waiting == [wider]           # 51 + 13 > 60
+    assert selection.expected_seconds("loss", 2 * large) == 13.0   # the mean of the later checks, 1 and 25
+    assert selection.expected_seconds("loss", 1) == 13.0 * SMALLEST_SHARE
+
+
 def test_a_slow_collection_counts_as_the_suites_time(tmp_path):
     """A test file whose import takes two seconds (a library compiling its kernels, say): the table counts them as
     the suite's own."""
@@ -382,11 +421,79 @@ def test_an_interrupted_run_says_so_for_the_calls_still_waiting(tmp_path):
     assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
     rows = row(output, "suite_ops.Doubles", whole=True)
     assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
-    assert ("  (1 more signature not checked: 1 still waiting for their check when the run was interrupted: "
+    assert ("  (1 more signature not checked: 1 waiting for their check, or in it, when the run was interrupted: "
             "1 with a new dtype)") in rows, rows
     assert "1 op never checked: suite_ops.NeverChecked; the run was interrupted before their check" in output, \
         output[-3000:]
     assert "past the time budget" not in output and "--backward-check-budget=all" not in output, output[-3000:]
+
+
+SLOW_OPS = '''
+import time
+
+import torch
+
+
+class SlowDoubles(torch.autograd.Function):
+    """Right, and slow: a check of it (dozens of forwards) takes seconds."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(0.02)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * 2
+'''
+
+DEADLINE_AT_THE_END_SUITE = '''
+import signal
+
+import pytest
+import torch
+
+from slow_ops import SlowDoubles
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deadline_after_the_last_test():
+    yield
+    signal.signal(signal.SIGALRM, interrupt)   # a deadline's signal, one second into the session's end checks
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+
+
+def grad_of(op, x):
+    return torch.autograd.grad(op.apply(x), x, torch.randn_like(x))
+
+
+def test_first_call():      # checked after the test
+    grad_of(SlowDoubles, torch.randn(4, requires_grad=True))
+
+
+def test_a_new_dtype():     # waits for the session's end, where the deadline interrupts its check
+    grad_of(SlowDoubles, torch.randn(4, dtype=torch.float64, requires_grad=True))
+'''
+
+
+def test_a_run_interrupted_during_the_session_end_checks_counts_them(tmp_path):
+    """fla-core's runs under a deadline: the signal came while the session's end checked the calls that waited. The
+    summary said "the plugin took 0.0 s beside the suite's own 0.0 s", and the call in its check was in no row. Now
+    the plugin's and the suite's seconds are counted, and the call is one the interrupt left unchecked."""
+    (tmp_path / "slow_ops.py").write_text(SLOW_OPS)
+    write_suite(tmp_path, DEADLINE_AT_THE_END_SUITE, "test_deadline.py")
+    code, output = run_pytest(tmp_path, "--backward-check", "test_deadline.py")
+    assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
+    rows = row(output, "slow_ops.SlowDoubles", whole=True)
+    assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
+    assert ("  (1 more signature not checked: 1 waiting for their check, or in it, when the run was interrupted: "
+            "1 with a new dtype)") in rows, rows
+    took = re.search(r"the plugin took ([\d.]+) s beside the suite's own ([\d.]+) s", output)
+    assert took and float(took[1]) >= 1.0 and float(took[2]) > 0.0, output[-3000:]
 
 
 def test_an_output_of_a_new_rank_goes_before_a_new_value():
