@@ -14,7 +14,8 @@ After each test, its calls of tiers 0 to 2 are checked, best first, while the ti
 fails the test that made the call), a call of tier 1 or 2 only while half the budget is left for the ops the suite
 has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
 while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
-check is taken only where the op's checks so far say it fits (a smaller call by its share of their time). A
+check is taken only where the op's checks so far say it fits (a smaller call by its share of their time), and
+among calls that bring as much, the one expected to cost least goes first. A
 call's tier is taken again before each pick, against what has been checked by then, so the second call that
 brings 'none' goes after every other call that brings something new. Checking the lower tiers at the end, not
 after their test, ranks them against the whole suite's calls: a dtype that the first test brought does not take
@@ -24,7 +25,8 @@ The budget is the plugin's own seconds (its copies, its worker's start, its chec
 factor times the suite's own seconds so far (the wall clock since pytest configured the plugin, through collection,
 imports, fixtures and tests, less the plugin's seconds: the time a run without the plugin takes), and at least a
 floor, so that a suite of a few seconds is checked too. The copies waiting are held within a number of bytes: past
-it, the copies of the least revealing call (by the same rank, the latest among equals) are dropped first, and the
+it, the copies of the least revealing call (by the same rank: the costliest, then the latest among equals) are
+dropped first, and the
 table counts them.
 """
 import collections
@@ -171,9 +173,11 @@ class Selection:
 
     def _rank(self, call):
         """Ops' first calls first; then each op's most revealing call, the ops checked least so far first (one
-        op's many new values do not go before another op's second signature); the earliest among equals."""
+        op's many new values do not go before another op's second signature); among equals the one expected to
+        cost least (a small call before a large one that brings as much), then the earliest."""
         tier = self.tier(call)
-        return tier != FIRST, self.checked_anywhere[call.name], tier, call.order
+        return (tier != FIRST, self.checked_anywhere[call.name], tier,
+                self.expected_seconds(call.name, call.nbytes), call.order)
 
     def _catch_up(self):
         for op, seen in (self.others() if self.others else ()):
@@ -225,18 +229,23 @@ class Selection:
     def expected_seconds(self, op, nbytes=None):
         """What a check of op is expected to take: the mean of its checks so far after the first, or the first's
         (0 before it). The first check of an op compiles what the checker's calls need that the suite's did not
-        (other layouts, float64), often most of its time; the later ones find it compiled. nbytes: the call's copies;
-        a call smaller than those checks is expected to take its share of their time by size, and at least
-        SMALLEST_SHARE of it (a check has costs no size removes), never more than their mean."""
+        (other layouts, float64), often most of its time; the later ones find it compiled. nbytes: the call's copies.
+        A call no larger than some of those checks is expected to take its share by size of what the nearest in
+        size of them took (their mean), at least SMALLEST_SHARE of it (a check has costs no size removes); a call
+        larger than all of them, what the largest check so far took (the first among them)."""
         checks = self.check_seconds.get(op)
         if not checks:
             return 0.0
         later = checks[1:] or checks
-        seconds = sum(s for s, _ in later) / len(later)
-        sizes = sum(b for _, b in later) / len(later)
-        if nbytes is None or sizes <= 0:
-            return seconds
-        return seconds * min(1.0, max(SMALLEST_SHARE, nbytes / sizes))
+        if nbytes is None:
+            return sum(s for s, _ in later) / len(later)
+        as_large = [(s, b) for s, b in later if b >= nbytes]
+        if not as_large:
+            return max(checks, key=lambda check: check[1])[0]
+        nearest = min(b for _, b in as_large)
+        seconds = [s for s, b in as_large if b == nearest]
+        seconds = sum(seconds) / len(seconds)
+        return seconds * max(SMALLEST_SHARE, nbytes / nearest) if nearest > 0 else seconds
 
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.

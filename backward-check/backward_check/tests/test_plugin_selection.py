@@ -268,13 +268,23 @@ def test_a_check_is_expected_to_take_what_the_ops_checks_after_its_first_took():
     assert selection.next_call("t2") is none
 
 
-def test_a_small_call_late_in_the_file_is_checked_in_what_a_large_ones_check_left():
+def check_while(selection, spent, picked, seconds_of, test=None):
+    while (chosen := selection.next_call(test)) is not None:
+        picked.append(chosen.described)
+        selection.checked_here(chosen, seconds_of(chosen))
+        spent[0] += seconds_of(chosen)
+
+
+@pytest.mark.parametrize("first_check", [25.0, 29.5])
+def test_a_small_call_late_in_the_file_is_checked_in_what_a_large_ones_check_left(first_check):
     """Liger-Kernel's fused loss file, in small: 'mean' and 'sum' on large inputs (25 s a check), then its only
     'none' call, on 8 rows (the call that shows its bug), late in the file. Expected to take what the large checks
-    took, the 'none' call waited for the session's end, behind the 'sum' call, which left 10 s of the 60 s budget: it
-    was never checked. A call smaller than the op's checks so far is expected to take its share of their time by
-    size (at least SMALLEST_SHARE of it): the 'none' call is checked after its own test. A call as large as they
-    were, or larger, is expected to take their mean, as before."""
+    took, the 'none' call waited for the session's end, behind the 'sum' call, which left too little of the 60 s
+    budget: it was never checked. Now a call smaller than the op's checks so far is expected to take its share of
+    their time by size (at least SMALLEST_SHARE of it): after a first check of 25 s it is checked after its own test;
+    after one of 29.5 s, where even its share does not fit in the half of the budget kept for ops called later, it
+    goes first at the session's end, before the large 'sum' call that brings as much. A call larger than every check
+    after the first is expected to take what the largest check took."""
     import torch
     from backward_check.plugin.selection import SMALLEST_SHARE, Budget, Selection
     spent = [0.0]
@@ -288,23 +298,22 @@ def test_a_small_call_late_in_the_file_is_checked_in_what_a_large_ones_check_lef
         call.nbytes = nbytes
     picked = []
 
-    def check_while(test=None):
-        while (chosen := selection.next_call(test)) is not None:
-            seconds = 25.0 if chosen.nbytes >= large else 1.0
-            picked.append(chosen.described)
-            selection.checked_here(chosen, seconds)
-            spent[0] += seconds
+    def seconds_of(call):
+        return (first_check if not picked[:-1] else 25.0) if call.nbytes >= large else 1.0
 
     for call in calls:
         selection.offer(call, lambda: ((), {}))
-        check_while(call.test)
-    # 'sum' after its test: 25 + 25 is past the half kept for ops called later; 'none': 25 + 25 * SMALLEST_SHARE
-    assert picked == [mean.described, none.described], picked
-    check_while()
-    assert picked == [mean.described, none.described, total.described], picked
-    assert selection.waiting == [wider]           # 51 + 13 > 60
-    assert selection.expected_seconds("loss", 2 * large) == 13.0   # the mean of the later checks, 1 and 25
-    assert selection.expected_seconds("loss", 1) == 13.0 * SMALLEST_SHARE
+        check_while(selection, spent, picked, seconds_of, call.test)
+    after_the_tests = [mean.described, none.described] if first_check == 25.0 else [mean.described]
+    assert picked == after_the_tests, picked
+    check_while(selection, spent, picked, seconds_of)
+    assert picked[:3] == [mean.described, none.described, total.described], picked
+    assert selection.waiting == [wider]        # 26 + 25 + 25 > 60, 30.5 + 25 + 29.5 > 60
+    assert selection.expected_seconds("loss", 2 * large) == first_check   # the largest check so far
+    assert selection.expected_seconds("loss", large) == 25.0
+    assert selection.expected_seconds("loss", large // 2) == 25.0 / 2     # its share of the nearest as large
+    assert selection.expected_seconds("loss", 4096) == 1.0
+    assert selection.expected_seconds("loss", 1) == 1.0 * SMALLEST_SHARE
 
 
 def test_a_slow_collection_counts_as_the_suites_time(tmp_path):
