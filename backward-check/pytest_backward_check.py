@@ -407,14 +407,15 @@ class BackwardCheckSession(Reporting):
             job = job_of(call, self.recorder.frozen.get(call.name, ()), self.accepted.get(call.name, {}),
                          self.recorder.made_per_call(call.name), self.options.compile)
             verdict = check_protected(self.worker, call, job, self.recorder)
-        except (KeyboardInterrupt, pytest.exit.Exception, SystemExit):
-            # interrupted mid-check: its seconds count, and the call is one the interrupt left unchecked
-            self.check_seconds += time.perf_counter() - start
-            self.selection.interrupted(call)
-            raise
-        except Exception as error:  # noqa: BLE001  (the plugin's own failure: a line in the table, not the test's)
+        except Exception as error:  # the plugin's own failure: a line in the table, not the test's
+            if isinstance(error, pytest.exit.Exception):
+                self.interrupted_in(call, start)
+                raise
             verdict = Verdict(NOT_CHECKED, f"not checked: backward-check itself failed ({type(error).__name__}: "
                                            f"{clip(error, 120)}); please report it")
+        except BaseException:  # ^C, a deadline's signal, a test's timeout during the check
+            self.interrupted_in(call, start)
+            raise
         seconds = time.perf_counter() - start
         self.check_seconds += seconds
         self.selection.checked_here(call, seconds)
@@ -424,6 +425,11 @@ class BackwardCheckSession(Reporting):
             self.write_repro(call, job, checked)
         self.findings.checked.append(checked)
         return checked
+
+    def interrupted_in(self, call, start):
+        """Interrupted mid-check: its seconds count, and the call is one the interrupt left unchecked."""
+        self.check_seconds += time.perf_counter() - start
+        self.selection.interrupted(call)
 
     def write_repro(self, call, job, checked):
         """The call's repro (--backward-check-repro), named in the row's note; never the test's failure."""

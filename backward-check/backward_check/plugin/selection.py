@@ -45,8 +45,9 @@ TIER_WORDS = {FIRST: "first call of the op", OUTPUT: "with an output of a new ra
 # gives a call.
 TIER_OF_KIND = {"output": OUTPUT, "value": VALUE, "dtype": DTYPE, "shape": SHAPE}
 
-# Why a call with a new signature was not checked. INTERRUPTED: still waiting when the run was interrupted (^C, a
-# deadline's signal, pytest.exit), before the session's end where it would have had its turn.
+# Why a call with a new signature was not checked. INTERRUPTED: still waiting, or in its check, when the run was
+# interrupted (^C, a deadline's signal, pytest.exit, a test's timeout during the check), after its test or during
+# the session's end checks.
 BUDGET, MEMORY, LIMIT, ELSEWHERE, INTERRUPTED = "time budget", "memory", "limit", "another worker", "interrupted"
 
 # The plugin's seconds are at most this many times the suite's own, by default: the whole run about twice the
@@ -163,6 +164,7 @@ class Selection:
         self.checked = collections.Counter()      # op name: calls checked in this process
         self.checked_anywhere = collections.Counter()  # op name: calls checked here or by another process
         self.check_seconds = {}                   # op name: [(seconds, its copies' bytes) of each check here]
+        self._expected = {}                       # (op name, bytes): expected_seconds, until the op's next check
         self.left_out = {}                        # op name: {signature key: (why, its tier then)}
         self._order = itertools.count()
 
@@ -232,20 +234,27 @@ class Selection:
         (other layouts, float64), often most of its time; the later ones find it compiled. nbytes: the call's copies.
         A call no larger than some of those checks is expected to take its share by size of what the nearest in
         size of them took (their mean), at least SMALLEST_SHARE of it (a check has costs no size removes); a call
-        larger than all of them, what the largest check so far took (the first among them)."""
+        larger than all of them, what the largest of them took. Worked out once for each size between checks of
+        the op (the ranking asks for every call waiting)."""
+        key = op, nbytes
+        if key not in self._expected:
+            self._expected[key] = self._expected_seconds(op, nbytes)
+        return self._expected[key]
+
+    def _expected_seconds(self, op, nbytes):
         checks = self.check_seconds.get(op)
         if not checks:
             return 0.0
         later = checks[1:] or checks
         if nbytes is None:
             return sum(s for s, _ in later) / len(later)
-        as_large = [(s, b) for s, b in later if b >= nbytes]
-        if not as_large:
-            return max(checks, key=lambda check: check[1])[0]
-        nearest = min(b for _, b in as_large)
-        seconds = [s for s, b in as_large if b == nearest]
+        as_large = [b for _, b in later if b >= nbytes]
+        nearest = min(as_large) if as_large else max(b for _, b in later)
+        seconds = [s for s, b in later if b == nearest]
         seconds = sum(seconds) / len(seconds)
-        return seconds * max(SMALLEST_SHARE, nbytes / nearest) if nearest > 0 else seconds
+        if not as_large or nearest <= 0:
+            return seconds
+        return seconds * max(SMALLEST_SHARE, nbytes / nearest)
 
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.
@@ -275,6 +284,7 @@ class Selection:
         self.checked[call.name] += 1
         self.checked_anywhere[call.name] += 1
         self.check_seconds.setdefault(call.name, []).append((seconds, call.nbytes))
+        self._expected = {key: value for key, value in self._expected.items() if key[0] != call.name}
         call.args = call.kwargs = None
 
     def checked_elsewhere(self, call):
@@ -284,12 +294,12 @@ class Selection:
 
     def interrupted(self, call):
         """The run was interrupted while the call (taken out of the queue) was being checked: it is left out as
-        one still waiting."""
+        interrupted, with the calls still waiting."""
         self._leave_out(call, INTERRUPTED)
         call.args = call.kwargs = None
 
     def give_up(self, why=BUDGET):
         """At the session's end, once nothing more fits in the budget (or, why=INTERRUPTED, where the run was
-        interrupted before it): every call still waiting is left out."""
+        interrupted, during the tests or the session's end checks): every call still waiting is left out."""
         while self.waiting:
             self._drop(self.waiting[-1], why)
