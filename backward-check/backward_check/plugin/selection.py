@@ -29,6 +29,7 @@ it, the copies of the least revealing call (by the same rank: the costliest, the
 dropped first, and the
 table counts them.
 """
+import bisect
 import collections
 import dataclasses
 import itertools
@@ -164,7 +165,7 @@ class Selection:
         self.checked = collections.Counter()      # op name: calls checked in this process
         self.checked_anywhere = collections.Counter()  # op name: calls checked here or by another process
         self.check_seconds = {}                   # op name: [(seconds, its copies' bytes) of each check here]
-        self._expected = {}                       # (op name, bytes): expected_seconds, until the op's next check
+        self._sized = {}                          # op name: its checks by size (_size_checks)
         self.left_out = {}                        # op name: {signature key: (why, its tier then)}
         self._order = itertools.count()
 
@@ -234,27 +235,30 @@ class Selection:
         (other layouts, float64), often most of its time; the later ones find it compiled. nbytes: the call's copies.
         A call no larger than some of those checks is expected to take its share by size of what the nearest in
         size of them took (their mean), at least SMALLEST_SHARE of it (a check has costs no size removes); a call
-        larger than all of them, what the largest of them took. Worked out once for each size between checks of
-        the op (the ranking asks for every call waiting)."""
-        key = op, nbytes
-        if key not in self._expected:
-            self._expected[key] = self._expected_seconds(op, nbytes)
-        return self._expected[key]
-
-    def _expected_seconds(self, op, nbytes):
-        checks = self.check_seconds.get(op)
-        if not checks:
+        larger than all of them, what the largest of them took. (The ranking asks for every call waiting, so the
+        sizes are kept sorted, with their means, as each check ends: _sized.)"""
+        entry = self._sized.get(op)
+        if entry is None:
             return 0.0
-        later = checks[1:] or checks
+        sizes, means, overall = entry
         if nbytes is None:
-            return sum(s for s, _ in later) / len(later)
-        as_large = [b for _, b in later if b >= nbytes]
-        nearest = min(as_large) if as_large else max(b for _, b in later)
-        seconds = [s for s, b in later if b == nearest]
-        seconds = sum(seconds) / len(seconds)
-        if not as_large or nearest <= 0:
-            return seconds
-        return seconds * max(SMALLEST_SHARE, nbytes / nearest)
+            return overall
+        k = bisect.bisect_left(sizes, nbytes)
+        if k == len(sizes):
+            return means[-1]
+        return means[k] * max(SMALLEST_SHARE, nbytes / sizes[k]) if sizes[k] > 0 else means[k]
+
+    def _size_checks(self, op):
+        """The op's checks after the first (or the first alone), by size: the sizes sorted, each one's mean
+        seconds, and the mean of all of them."""
+        checks = self.check_seconds[op]
+        later = checks[1:] or checks
+        by_size = collections.defaultdict(list)
+        for seconds, nbytes in later:
+            by_size[nbytes].append(seconds)
+        sizes = sorted(by_size)
+        self._sized[op] = (sizes, [sum(by_size[b]) / len(by_size[b]) for b in sizes],
+                           sum(s for s, _ in later) / len(later))
 
     def next_call(self, test=None):
         """The waiting call to check next, taken out of the queue (its copies are the caller's now), or None.
@@ -284,7 +288,7 @@ class Selection:
         self.checked[call.name] += 1
         self.checked_anywhere[call.name] += 1
         self.check_seconds.setdefault(call.name, []).append((seconds, call.nbytes))
-        self._expected = {key: value for key, value in self._expected.items() if key[0] != call.name}
+        self._size_checks(call.name)
         call.args = call.kwargs = None
 
     def checked_elsewhere(self, call):
