@@ -14,8 +14,8 @@ After each test, its calls of tiers 0 to 2 are checked, best first, while the ti
 fails the test that made the call), a call of tier 1 or 2 only while half the budget is left for the ops the suite
 has yet to call; the rest wait for the session's end, where every call still waiting is checked best first
 while the budget lasts: every op's first call, then each op's most revealing call, the ops checked least first. A
-check is taken only where the op's checks so far say it fits (a smaller call by its share of their time), and
-among calls that bring as much, the one expected to cost least goes first. A
+check is taken only where the op's checks so far say it fits (at the session's end, a smaller call by its share of
+their time), and among calls that bring as much, the one expected to cost least goes first. A
 call's tier is taken again before each pick, against what has been checked by then, so the second call that
 brings 'none' goes after every other call that brings something new. Checking the lower tiers at the end, not
 after their test, ranks them against the whole suite's calls: a dtype that the first test brought does not take
@@ -276,7 +276,11 @@ class Selection:
                 self._drop(call, LIMIT)
                 continue
             reserve = RESERVE_FOR_FIRST_CALLS if test is not None and tier != FIRST else 0.0
-            if self.budget.allows(self.expected_seconds(call.name, call.nbytes), reserve):
+            # after its test, a call fits by what the op's checks took, whatever its size: a check's time follows
+            # more than its bytes (an ODE solver's method and tolerance), and the reserve is for ops not yet
+            # called; at the session's end, where nothing more is coming, a smaller call by its share of that
+            nbytes = call.nbytes if test is None else None
+            if self.budget.allows(self.expected_seconds(call.name, nbytes), reserve):
                 self.waiting.remove(call)
                 self.held_bytes -= call.nbytes
                 return call
