@@ -422,17 +422,24 @@ def test_interrupted():     # a first call, then ^C (or a deadline's signal) ins
 '''
 
 
+def interrupted_run(folder, suite, name, op):
+    """The plugin's run of a suite that a KeyboardInterrupt stops: its output, once the op's float32 call is clean
+    in its row and its float64 call is counted as one the interrupt left unchecked."""
+    write_suite(folder, suite, name)
+    code, output = run_pytest(folder, "--backward-check", name)
+    assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
+    rows = row(output, op, whole=True)
+    assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
+    assert ("  (1 more signature not checked: 1 waiting for their check, or in it, when the run was interrupted: "
+            "1 with a new dtype)") in rows, rows
+    return output
+
+
 def test_an_interrupted_run_says_so_for_the_calls_still_waiting(tmp_path):
     """A run interrupted before the session's end: the calls still waiting were not past the time budget, and
     --backward-check-budget=all would not have checked them. The table says they were waiting when the run was
     interrupted, in the op's row and in the summary's line of ops never checked."""
-    write_suite(tmp_path, INTERRUPTED_SUITE, "test_interrupted.py")
-    code, output = run_pytest(tmp_path, "--backward-check", "test_interrupted.py")
-    assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
-    rows = row(output, "suite_ops.Doubles", whole=True)
-    assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
-    assert ("  (1 more signature not checked: 1 waiting for their check, or in it, when the run was interrupted: "
-            "1 with a new dtype)") in rows, rows
+    output = interrupted_run(tmp_path, INTERRUPTED_SUITE, "test_interrupted.py", "suite_ops.Doubles")
     assert "1 op never checked: suite_ops.NeverChecked; the run was interrupted before their check" in output, \
         output[-3000:]
     assert "past the time budget" not in output and "--backward-check-budget=all" not in output, output[-3000:]
@@ -495,13 +502,7 @@ def test_a_run_interrupted_during_the_session_end_checks_counts_them(tmp_path):
     summary said "the plugin took 0.0 s beside the suite's own 0.0 s", and the call in its check was in no row. Now
     the plugin's and the suite's seconds are counted, and the call is one the interrupt left unchecked."""
     (tmp_path / "slow_ops.py").write_text(SLOW_OPS)
-    write_suite(tmp_path, DEADLINE_AT_THE_END_SUITE, "test_deadline.py")
-    code, output = run_pytest(tmp_path, "--backward-check", "test_deadline.py")
-    assert code == 2 and "KeyboardInterrupt" in output, output[-3000:]
-    rows = row(output, "slow_ops.SlowDoubles", whole=True)
-    assert any(r.lstrip().startswith("float32 1-d") and "clean" in r for r in rows), rows
-    assert ("  (1 more signature not checked: 1 waiting for their check, or in it, when the run was interrupted: "
-            "1 with a new dtype)") in rows, rows
+    output = interrupted_run(tmp_path, DEADLINE_AT_THE_END_SUITE, "test_deadline.py", "slow_ops.SlowDoubles")
     first = re.search(r"test_deadline.py::test_first_call +([\d.]+) +clean", output)
     waited = re.search(r"worker process started 1 time \(([\d.]+) s waited for\)", output)
     took = re.search(r"the plugin took ([\d.]+) s beside the suite's own ([\d.]+) s", output)
