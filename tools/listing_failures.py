@@ -14,6 +14,7 @@ Exit status: 0 when hardened_ops.py is right or refuses clearly in every case ru
 """
 import argparse
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,5 +139,14 @@ def main(argv=None):
     return 0 if hardened_ok else 1
 
 
+def leave(status):
+    """sys.exit(status), without tearing the interpreter down: autograd's device threads, which ran the Python
+    backwards called here, can abort the process during that teardown (pytorch/pytorch#38228; seen on an H100:
+    "terminate called without an active exception", exit -6, after every row was printed)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
