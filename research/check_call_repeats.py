@@ -168,6 +168,10 @@ def main():
     options = parser.parse_args()
     if any(size < 1 for size in options.sizes):
         parser.error("--sizes must be at least 1")
+    if options.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {options.device}: no CUDA GPU here")
+    if options.out and not options.out.parent.is_dir():
+        parser.error(f"--out {options.out}: no folder {options.out.parent}")
     lines = []
 
     def say(line):

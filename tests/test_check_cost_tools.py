@@ -2,6 +2,7 @@
 compare_check_cost.py sets four runs side by side, counting a difference only beyond the runs' own A/A. And the
 benchmarks refuse arguments they cannot honour, with one line, before any work."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +139,24 @@ def test_the_kernel_benchmarks_refuse_a_script_or_block_they_cannot_time(tmp_pat
         done = run(script, *args)
         assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
+
+
+def test_call_repeats_counts_what_sharing_could_save_and_refuses_bad_arguments(tmp_path):
+    # research/check_call_repeats.py: every call of the op filed and keyed; with a reference most forwards repeat
+    # one (the checks differ in the grad_output they hand the backward), so the "with no repeat" ratio is lower
+    script = REPO / "research" / "check_call_repeats.py"
+    done = subprocess.run([sys.executable, str(script), "--kinds", "mse", "--sizes", "1e3", "--out",
+                           tmp_path / "r.log"], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "r.log").read_text()
+    assert log.startswith("tree: ") and "\nchecker: " in log
+    ref = next(line for line in log.splitlines() if line.startswith("mse") and " ref " in line)
+    forwards, repeated = map(int, re.search(r"forwards +(\d+) \( *(\d+) repeats\)", ref).groups())
+    assert 0 < repeated < forwards and ref.endswith("clean"), ref
+    now, shared = map(float, re.search(r"1e\+03 ref +now +([\d.]+)x +with no repeat +([\d.]+)x", log).groups())
+    assert shared < now
+    for bad in (["--sizes", "0"], ["--kinds", "nothing"], ["--out", tmp_path / "missing" / "r.log"]):
+        refused = subprocess.run([sys.executable, str(script), *map(str, bad)], capture_output=True, text=True,
+                                 cwd=REPO, timeout=120)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith("usage:") or "error:" in refused.stderr
