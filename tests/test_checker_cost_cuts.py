@@ -10,7 +10,8 @@ from chapter_scripts import DEVICE, REPO, seeded_randn
 
 sys.path.insert(0, str(REPO / "practice"))
 from backward_check.checks.context import Context  # noqa: E402
-from backward_check.checks.truth import Expected, Later  # noqa: E402
+from backward_check.calling import packed, same_layout  # noqa: E402
+from backward_check.checks.truth import Expected, Later, outputs_row  # noqa: E402
 from backward_check.contracts import all_finite, finite_elements  # noqa: E402
 from backward_checker import check_backward  # noqa: E402
 
@@ -264,3 +265,63 @@ def test_a_contract_is_found_once_a_run_for_each_tensor_and_again_after_it_chang
         assert contracts.found(x) != first and len(worked_out) == 3
     contracts.found(x)
     assert len(worked_out) == 4  # outside a run, nothing is remembered
+
+
+def packed_by_the_loop(t):
+    """packed() as it was before it answered a contiguous tensor at once: the strides read one by one."""
+    if any(stride == 0 for stride in t.stride()):
+        return True
+    expected = 1
+    for size, stride in sorted(((size, stride) for size, stride in zip(t.shape, t.stride()) if size > 1),
+                               key=lambda pair: pair[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def test_a_contiguous_tensor_is_packed_at_once_as_the_loop_says_and_a_nested_one_goes_the_loops_way():
+    base = torch.randn(6, 8, 4)
+    cases = [base, base[:, :4], base[::2], base.transpose(0, 2), base[:1], base[2, 3, 1], base.expand(2, 6, 8, 4),
+             torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+             torch.randn(1, 8).as_strided((1, 8), (999, 1)), torch.randn(20).as_strided((4,), (5,))]
+    for t in cases:
+        assert packed(t) is packed_by_the_loop(t), (tuple(t.shape), t.stride())
+    # An empty view is contiguous by torch's rule and not by the loop's; either way its copy has its strides.
+    empty = base[:, :0]
+    assert same_layout(empty).stride() == empty.stride()
+    # A nested tensor is contiguous but has no strides to read: the check goes on as before the cut (a report,
+    # here of the op's own crash on it), not a traceback of the checker's.
+    x = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    assert check_backward(Double, x).traps
+
+
+class Wrapped(torch.Tensor):
+    """A tensor subclass, concatenated as every output was before the cut."""
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(3, 5),                                            # float32: flat() copies
+    lambda: torch.randn(3, 5, dtype=torch.float64),                       # float64 and contiguous: flat() is a view
+    lambda: torch.randn(20, dtype=torch.float64).as_strided((1,), (5,)),  # a view with an odd stride
+    lambda: torch.randn(5, 3, dtype=torch.float64).t(),                   # transposed: flat() copies
+    lambda: torch.tensor(2.5, dtype=torch.float64),                       # 0-dim
+    lambda: torch.randn(3, 5, dtype=torch.float64).as_subclass(Wrapped),
+], ids=["float32", "float64", "strided view", "transposed", "0-dim", "subclass"])
+def test_one_outputs_row_is_torch_cats_in_memory_of_its_own(make):
+    out = make()
+    before = out.detach().clone()
+    row = outputs_row([out])
+    assert torch.equal(row, torch.cat([out.detach().double().reshape(-1)]))
+    row.add_(1.0)  # finite differences write in the row: never in the op's output
+    assert torch.equal(out, before)

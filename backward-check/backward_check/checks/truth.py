@@ -203,6 +203,17 @@ def flat(t):
     return None if t is None else t.detach().double().reshape(-1)
 
 
+def outputs_row(outs):
+    """outs flat in float64, one after another, in memory of its own (finite differences write in it). One plain
+    tensor takes no torch.cat (most of the rest of a small op's call): flat() copies it, unless it was float64 and
+    flat already, and then it is copied here. A tensor subclass (one without storage: a DTensor, a fake tensor) is
+    concatenated, as every output was before."""
+    if len(outs) == 1 and type(outs[0]) is torch.Tensor:
+        row = flat(outs[0])
+        return row.clone() if row.data_ptr() == outs[0].data_ptr() else row
+    return torch.cat([flat(o) for o in outs])
+
+
 class Later:
     """A value per argument, worked out the first time one is asked for. The reference's rounding takes two more
     backwards of the reference (in the op's dtype, and on TF32-rounded operands), which a comparison needs only
@@ -752,10 +763,7 @@ class FiniteDifferences:
         picked = [t for t in everything if not t.is_floating_point() and not t.is_complex()]
         if not outs:
             return torch.zeros(0, dtype=torch.float64, device="cpu"), picked
-        if len(outs) == 1:  # no torch.cat of one (its time is most of the rest of the call for a small op)
-            row = flat(outs[0])  # a copy, unless the output was float64 and flat already: then copied here, since
-            return (row.clone() if row.data_ptr() == outs[0].data_ptr() else row), picked  # differences write in it
-        return torch.cat([flat(o) for o in outs]), picked
+        return outputs_row(outs), picked
 
     def _either_side(self, i, move, before_call=None):
         """The outputs with input i moved either way, move(t, 1.0) and move(t, -1.0) in place: (up, down, crossed).
