@@ -515,8 +515,8 @@ def same_states(these, those):
 
 @functools.lru_cache(maxsize=None)
 def cuda_devices():
-    """The CUDA devices' indices (none without a GPU), asked once a process: torch.cuda.is_available() takes
-    50 µs a call on the CPU, a tenth of a small op's check that seeds every one of its calls."""
+    """The CUDA devices' indices (none without a GPU), asked once a process: torch.cuda.is_available() asks the
+    driver each time, and a small op's check seeds thousands of calls."""
     return tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
 
 
@@ -528,12 +528,12 @@ def seeded(fn, *args, drew=None, **kwargs):
     list that gets True appended where fn drew from them."""
     devices = cuda_devices()
     seed = torch.initial_seed()
-    # What torch.random.fork_rng(devices) saves and restores, without its context manager's own work (a third of
-    # a seeded call that does nothing, and a check of a small op seeds thousands)
+    # What torch.random.fork_rng(devices) saves and restores, without its context manager's own work (paid on
+    # every seeded call, and a check of a small op seeds thousands of them)
     saved = torch_generator_states(devices)
     try:
         # torch.manual_seed(seed), less its work for devices that are not there: it also queues a seed for CUDA,
-        # XPU and MTIA where none is started, 0.3 ms a call, most of a small op's check (thousands of calls)
+        # XPU and MTIA where none is started, which was most of a small op's check (docs/check-cost.md)
         torch.default_generator.manual_seed(seed)
         if devices:
             torch.cuda.manual_seed_all(seed)
