@@ -21,7 +21,7 @@ and for each size (the elements of the op's first input), it times:
   fd           check_backward(op, ...) without one (finite differences: what the pytest plugin runs);
   plugin       the plugin's work for one new signature: the call recorded (its arguments copied), sent to the
                worker process and checked there (worker.Worker.check, as pytest_backward_check does; the
-               worker's start is timed once, apart);
+               worker's start and its first check, a warm-up, are timed once, apart);
 
 and gives each as a ratio to the op's forward + backward. Then it breaks each check down, without touching the
 checker: the op counts its own calls and the seconds spent in it, by which of the checker's checks (the
@@ -671,11 +671,15 @@ def main():
         say(line)
     modes = ["ref"] + ([] if options.no_fd else ["fd"])
     say(f"sizes: {' '.join(f'{s:.0e}' for s in sizes)}; kinds: {', '.join(options.kinds)}; one check of each, "
-        f"after one warm-up check (softplus, 1e3) for the whole run")
+        f"after one warm-up check of softplus at 1e3 in each mode for the whole run")
     began = time.perf_counter()
+    # A process's first check of each mode pays once what every later one is spared (the checker's imports, the
+    # kernels finite differences call in float64): a warm-up of each mode, so that the first kind measured is
+    # timed as the others are.
     torch.manual_seed(0)
     warm, _ = KINDS["softplus"][2](1000, device)
-    check_backward(Softplus, *warm, reference=F.softplus)
+    for reference in [F.softplus] + ([] if options.no_fd else [None]):
+        check_backward(Softplus, *warm, reference=reference)
     worker = None
     if not options.no_plugin:
         from backward_check.plugin.worker import Worker
@@ -684,6 +688,9 @@ def main():
         worker._started()
         say(f"the plugin's worker process started in {time.perf_counter() - start:.2f} s "
             f"(once a session, and again after a fault; not in the ratios below)")
+        # The worker's first check pays the same once, in its own process: timed, said, and left out as its start is.
+        first, _, _ = plugin_seconds(worker, Softplus, warm)
+        say(f"its first check (softplus, 1e3, the warm-up) took {first:.3f} s (once a session; not in the ratios)")
     ratios = collections.defaultdict(dict)   # (size, mode) -> {kind: ratio}
     skipped = []
     try:
