@@ -63,6 +63,11 @@ def main():
     options = parser.parse_args()
     if not all(1 <= s < 1e12 for s in options.sizes):
         parser.error("--sizes: each size is a count of elements, 1 or more")
+    if options.out:  # refused before any work, not after it
+        try:
+            options.out.write_text("")
+        except OSError as error:
+            parser.error(f"--out {options.out}: {error.strerror or error}")
     lines = [*stamp.lines(),
              f"torch {torch.__version__}, on the CPU; one check of each kind and size, without a reference",
              "each set of finite differences the check built: its inputs' elements, how its columns went, its calls of "

@@ -166,3 +166,25 @@ def test_call_repeats_counts_what_sharing_could_save_and_refuses_bad_arguments(t
                                  cwd=REPO, timeout=120)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 2, refused.stderr  # usage, and one line of error
+
+
+def test_fd_census_counts_the_given_and_the_grown_inputs_calls_and_refuses_bad_arguments(tmp_path):
+    # research/fd_call_census.py: softplus at 10^3 elements is differenced along directions on its 1,000 elements and
+    # by sampled columns on the same grown past several blocks, each call of the op counted once, and the check clean
+    script = REPO / "research" / "fd_call_census.py"
+    done = subprocess.run([sys.executable, str(script), "--kinds", "softplus", "--sizes", "1e3", "--out",
+                           tmp_path / "c.log"], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "c.log").read_text()
+    assert log.startswith("tree: ") and "\nchecker: " in log
+    total = int(re.search(r"softplus at 1e\+03: (\d+) calls of the op in finite differences, clean", log).group(1))
+    given = int(re.search(r"inputs of 1,000 elements \(directions\): (\d+) calls", log).group(1))
+    grown = re.search(r"inputs of ([\d,]+) elements \(sampled columns\): (\d+) calls", log)
+    assert grown and int(grown.group(1).replace(",", "")) > 2048, log  # grown past two 1024-element blocks
+    assert given > 0 and int(grown.group(2)) > 0 and given + int(grown.group(2)) == total, log
+    for bad in (["--sizes", "0"], ["--sizes", "nan"], ["--kinds", "nothing"],
+                ["--out", tmp_path / "missing" / "c.log"], ["--out", tmp_path]):
+        refused = subprocess.run([sys.executable, str(script), *map(str, bad)], capture_output=True, text=True,
+                                 cwd=REPO, timeout=120)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 2, refused.stderr  # usage, and one line of error
