@@ -141,16 +141,31 @@ def test_the_kernel_benchmarks_refuse_a_script_or_block_they_cannot_time(tmp_pat
         assert "Traceback" not in done.stderr
 
 
+def research_log(script, tmp_path, *args):
+    """research/SCRIPT run with args and --out, which must exit 0: its log, stamped with the tree and the checker."""
+    out = tmp_path / f"{script}.log"
+    done = subprocess.run([sys.executable, str(REPO / "research" / script), *map(str, args), "--out", out],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    log = out.read_text()
+    assert log.startswith("tree: ") and "\nchecker: " in log
+    return log
+
+
+def refuses_each(script, bad_arguments):
+    """research/SCRIPT refuses each of bad_arguments with exit 2, its usage and one line of error, no traceback."""
+    for bad in bad_arguments:
+        refused = subprocess.run([sys.executable, str(REPO / "research" / script), *map(str, bad)],
+                                 capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 2, refused.stderr  # usage, and one line of error
+
+
 def test_call_repeats_counts_what_sharing_could_save_and_refuses_bad_arguments(tmp_path):
     # research/check_call_repeats.py: every call of the op filed and keyed; with a reference most forwards repeat
     # one (the checks differ in the grad_output they hand the backward), a few backwards do (the same call twice),
     # and the whole check runs, "what backward returns" among its checks
-    script = REPO / "research" / "check_call_repeats.py"
-    done = subprocess.run([sys.executable, str(script), "--kinds", "mse", "--sizes", "1e3", "--out",
-                           tmp_path / "r.log"], capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert done.returncode == 0, done.stderr
-    log = (tmp_path / "r.log").read_text()
-    assert log.startswith("tree: ") and "\nchecker: " in log
+    log = research_log("check_call_repeats.py", tmp_path, "--kinds", "mse", "--sizes", "1e3")
     lines = log.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("mse") and " ref " in line)
     ref, by_check = lines[at], lines[at + 1]
@@ -160,31 +175,19 @@ def test_call_repeats_counts_what_sharing_could_save_and_refuses_bad_arguments(t
     assert ref.endswith("clean") and "what backward returns" in by_check and "the same call twice" in by_check, by_check
     _, repeats = map(float, re.search(r"op +([\d.]+) steps' worth, the repeats +([\d.]+)", ref).groups())
     assert 0 < repeats, ref
-    for bad in (["--sizes", "0"], ["--sizes", "nan"], ["--kinds", "nothing"], ["--device", "gpu"],
-                ["--out", tmp_path / "missing" / "r.log"], ["--out", tmp_path]):
-        refused = subprocess.run([sys.executable, str(script), *map(str, bad)], capture_output=True, text=True,
-                                 cwd=REPO, timeout=120)
-        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 2, refused.stderr  # usage, and one line of error
+    refuses_each("check_call_repeats.py", (["--sizes", "0"], ["--sizes", "nan"], ["--kinds", "nothing"],
+                                           ["--device", "gpu"], ["--out", tmp_path / "missing" / "r.log"],
+                                           ["--out", tmp_path]))
 
 
 def test_fd_census_counts_the_given_and_the_grown_inputs_calls_and_refuses_bad_arguments(tmp_path):
     # research/fd_call_census.py: softplus at 10^3 elements is differenced along directions on its 1,000 elements and
     # by sampled columns on the same grown past several blocks, each call of the op counted once, and the check clean
-    script = REPO / "research" / "fd_call_census.py"
-    done = subprocess.run([sys.executable, str(script), "--kinds", "softplus", "--sizes", "1e3", "--out",
-                           tmp_path / "c.log"], capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert done.returncode == 0, done.stderr
-    log = (tmp_path / "c.log").read_text()
-    assert log.startswith("tree: ") and "\nchecker: " in log
+    log = research_log("fd_call_census.py", tmp_path, "--kinds", "softplus", "--sizes", "1e3")
     total = int(re.search(r"softplus at 1e\+03: (\d+) calls of the op in finite differences, clean", log).group(1))
     given = int(re.search(r"inputs of 1,000 elements \(directions\): (\d+) calls", log).group(1))
     grown = re.search(r"inputs of ([\d,]+) elements \(sampled columns\): (\d+) calls", log)
     assert grown and int(grown.group(1).replace(",", "")) > 2048, log  # grown past two 1024-element blocks
     assert given > 0 and int(grown.group(2)) > 0 and given + int(grown.group(2)) == total, log
-    for bad in (["--sizes", "0"], ["--sizes", "nan"], ["--kinds", "nothing"],
-                ["--out", tmp_path / "missing" / "c.log"], ["--out", tmp_path]):
-        refused = subprocess.run([sys.executable, str(script), *map(str, bad)], capture_output=True, text=True,
-                                 cwd=REPO, timeout=120)
-        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 2, refused.stderr  # usage, and one line of error
+    refuses_each("fd_call_census.py", (["--sizes", "0"], ["--sizes", "nan"], ["--kinds", "nothing"],
+                                        ["--out", tmp_path / "missing" / "c.log"], ["--out", tmp_path]))
