@@ -55,6 +55,8 @@ workdir=""
 # Per script, by its index in scripts[]: the process (and process group) id running it.
 job_pids=()
 scripts_started=0
+# 1 once the "interrupted by" line is printed, so that it is printed once.
+interrupt_reported=0
 
 # This file, by a path that still holds once main has changed into its directory.
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -371,16 +373,36 @@ stop_running_scripts() {
   if [ -n "$pids" ]; then stop_process_groups $pids; fi
 }
 
+report_interrupt() {
+  [ "$interrupt_reported" -eq 0 ] || return 0
+  interrupt_reported=1
+  err "interrupted by SIG$1: every running script was stopped"
+}
+
+# On every exit. A Ctrl-C or SIGTERM goes to the checker's whole process group, so it
+# also stops the helper running in the foreground (a sleep, a sed). Bash can then leave
+# through set -e, with that helper's status (130 or 143), before it runs the signal's
+# trap: the tests saw it when the signal came just after the header. So the exit status
+# names the signal here too. Only the checker's own shell cleans up, never a subshell,
+# and it goes on to the end (set +e) even if a helper of its own is stopped.
 cleanup() {
+  local status=$?
+  [ "${BASHPID:-$$}" = "$$" ] || return 0  # BASHPID: bash 4 or newer
+  set +e
   stop_running_scripts
+  case $status in
+    130) report_interrupt INT ;;
+    143) report_interrupt TERM ;;
+  esac
   if [ -n "$workdir" ]; then rm -rf "$workdir"; fi
 }
 
 on_signal() {
   local name=$1 code=$2
   trap - INT TERM
+  set +e
   stop_running_scripts
-  err "interrupted by SIG$name: every running script was stopped"
+  report_interrupt "$name"
   exit "$code"
 }
 

@@ -391,6 +391,54 @@ def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_
     assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
 
 
+def foreground_sleeps_of(checker):
+    """The checker's own `sleep` children in its process group: what a Ctrl-C also stops."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            command = stat[stat.index("(") + 1:stat.rindex(")")]
+            _, parent, group = stat[stat.rindex(")") + 2:].split()[:3]
+            if command == "sleep" and int(parent) == checker.pid and int(group) == checker.pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
+@pytest.mark.usefixtures("leave_no_process_behind")
+def test_a_signal_that_stops_only_a_helper_still_reports_the_interrupt(tmp_path):
+    # A signal to the group stops the checker's foreground helper too, and bash can leave
+    # through set -e on that helper's status before it runs its own trap. Sending SIGTERM to
+    # the polling `sleep` alone takes that path every time.
+    repo = copy_of_repository(tmp_path / "repo")
+    plant(repo, "03_fan_in", HANGING_PREAMBLE)
+    (tmp_path / "tmp").mkdir()
+    checker = start_checker(repo, "--timeout", "0", "01", "03", tmpdir=tmp_path / "tmp")
+    for line in checker.stdout:
+        if line.startswith("  timeout"):
+            break
+    deadline, stopped = time.monotonic() + 60, False
+    while not stopped and checker.poll() is None and time.monotonic() < deadline:
+        for pid in foreground_sleeps_of(checker)[:1]:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                stopped = True
+            except ProcessLookupError:
+                pass  # it finished its 0.1 s first; the next poll starts another
+        time.sleep(0.01)
+    assert stopped, "found no sleep of the checker's to stop"
+    checker.wait(timeout=30)
+    stderr = checker.stderr.read()
+    assert checker.returncode == 143, stderr
+    assert "interrupted by SIGTERM: every running script was stopped" in stderr
+    time.sleep(0.5)
+    assert live_processes_in(repo) == [], "a script, or a process it started, outlived the interrupt"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
+
+
 def test_no_gpu_note_is_absent_when_the_scripts_report_a_gpu(tmp_path):
     # The scripts' own backend line decides the note. On the H200 a `grep -q` here once
     # exited early, SIGPIPEd the loop feeding it, and pipefail turned the match into the note.
