@@ -368,10 +368,8 @@ def test_results_stream_in_order_without_waiting_for_a_slow_script(tmp_path):
         f"01's result came {finished - arrivals['01']:.1f} s before the end: it waited for the slow 04")
 
 
-@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
-@pytest.mark.parametrize("signal_name, exit_code", [("SIGINT", 130), ("SIGTERM", 143)])
-@pytest.mark.usefixtures("leave_no_process_behind")
-def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_code):
+def checker_past_its_header(tmp_path):
+    """(repo, checker): the checker on 01 and a 03 that hangs, with no timeout, once its header is out."""
     repo = copy_of_repository(tmp_path / "repo")
     plant(repo, "03_fan_in", HANGING_PREAMBLE)
     (tmp_path / "tmp").mkdir()
@@ -379,16 +377,29 @@ def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_
     for line in checker.stdout:  # the header ends once the scripts are running
         if line.startswith("  timeout"):
             break
-    time.sleep(1)
-    assert any("03_fan_in.py" in cmdline for _, cmdline in live_processes_in(repo)), "03 should be running by now"
-    os.killpg(checker.pid, getattr(signal, signal_name))  # to the whole group, as a terminal's Ctrl-C does
+    return repo, checker
+
+
+def assert_interrupted(checker, repo, tmp_path, signal_name, exit_code):
+    """The checker exits with the signal's code, names it, and leaves no process or file behind."""
     checker.wait(timeout=30)
     stderr = checker.stderr.read()
     assert checker.returncode == exit_code, stderr
-    assert f"interrupted by {signal_name}" in stderr
+    assert f"interrupted by {signal_name}: every running script was stopped" in stderr
     time.sleep(0.5)
     assert live_processes_in(repo) == [], "a script, or a process it started, outlived the interrupt"
     assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds stray processes through /proc (Linux)")
+@pytest.mark.parametrize("signal_name, exit_code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.usefixtures("leave_no_process_behind")
+def test_interrupt_stops_every_script_and_cleans_up(tmp_path, signal_name, exit_code):
+    repo, checker = checker_past_its_header(tmp_path)
+    time.sleep(1)
+    assert any("03_fan_in.py" in cmdline for _, cmdline in live_processes_in(repo)), "03 should be running by now"
+    os.killpg(checker.pid, getattr(signal, signal_name))  # to the whole group, as a terminal's Ctrl-C does
+    assert_interrupted(checker, repo, tmp_path, signal_name, exit_code)
 
 
 def foreground_sleeps_of(checker):
@@ -413,13 +424,7 @@ def test_a_signal_that_stops_only_a_helper_still_reports_the_interrupt(tmp_path)
     # A signal to the group stops the checker's foreground helper too, and bash can leave
     # through set -e on that helper's status before it runs its own trap. Sending SIGTERM to
     # the polling `sleep` alone takes that path every time.
-    repo = copy_of_repository(tmp_path / "repo")
-    plant(repo, "03_fan_in", HANGING_PREAMBLE)
-    (tmp_path / "tmp").mkdir()
-    checker = start_checker(repo, "--timeout", "0", "01", "03", tmpdir=tmp_path / "tmp")
-    for line in checker.stdout:
-        if line.startswith("  timeout"):
-            break
+    repo, checker = checker_past_its_header(tmp_path)
     deadline, stopped = time.monotonic() + 60, False
     while not stopped and checker.poll() is None and time.monotonic() < deadline:
         for pid in foreground_sleeps_of(checker)[:1]:
@@ -430,13 +435,7 @@ def test_a_signal_that_stops_only_a_helper_still_reports_the_interrupt(tmp_path)
                 pass  # it finished its 0.1 s first; the next poll starts another
         time.sleep(0.01)
     assert stopped, "found no sleep of the checker's to stop"
-    checker.wait(timeout=30)
-    stderr = checker.stderr.read()
-    assert checker.returncode == 143, stderr
-    assert "interrupted by SIGTERM: every running script was stopped" in stderr
-    time.sleep(0.5)
-    assert live_processes_in(repo) == [], "a script, or a process it started, outlived the interrupt"
-    assert list((tmp_path / "tmp").iterdir()) == [], "the checker left temporary files behind"
+    assert_interrupted(checker, repo, tmp_path, "SIGTERM", 143)
 
 
 def test_no_gpu_note_is_absent_when_the_scripts_report_a_gpu(tmp_path):
